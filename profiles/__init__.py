@@ -1,0 +1,1 @@
+"""Bundled profiles (YAML); installed as the package data of `clustercheck.profiles`."""

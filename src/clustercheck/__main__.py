@@ -1,0 +1,5 @@
+"""`python -m clustercheck`."""
+
+from clustercheck.cli import main
+
+main()

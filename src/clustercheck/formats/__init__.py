@@ -1,0 +1,74 @@
+"""Output formats: pure renderers of a `Report` onto a text stream.
+
+Every format is a module with a renderer `render(report, out, *, verbose=False) -> None`
+(the json module holds two: `render_json` and `render_jsonl`). A renderer only writes
+text: it sets no exit code (that comes from `Report.exit_code`) and opens no file (the
+CLI writes atomically). Modules are imported lazily, so that rendering json or jsonl
+(the Slurm prolog path) never imports rich.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Protocol, TextIO
+
+from clustercheck.errors import UsageError
+from clustercheck.result import Report
+
+__all__ = ["FORMATS", "Renderer", "escape_controls", "render", "renderer"]
+
+#: Every format name the CLI accepts, the default first.
+FORMATS = ("table", "json", "jsonl", "junit", "prometheus")
+
+# format -> (module, function); the module is imported only when that format is used.
+_RENDERERS: dict[str, tuple[str, str]] = {
+    "table": ("clustercheck.formats.table", "render"),
+    "json": ("clustercheck.formats.json", "render_json"),
+    "jsonl": ("clustercheck.formats.json", "render_jsonl"),
+    "junit": ("clustercheck.formats.junit", "render"),
+    "prometheus": ("clustercheck.formats.prometheus", "render"),
+}
+
+
+class Renderer(Protocol):
+    def __call__(self, report: Report, out: TextIO, *, verbose: bool = False) -> None: ...
+
+
+def renderer(fmt: str) -> Renderer:
+    """The renderer of format `fmt`; UsageError (exit 64) for an unknown format."""
+    try:
+        module_name, function = _RENDERERS[fmt]
+    except KeyError:
+        raise UsageError(f"unknown output format {fmt!r}; choose one of: {', '.join(FORMATS)}") from None
+    func: Renderer = getattr(importlib.import_module(module_name), function)
+    return func
+
+
+def render(report: Report, fmt: str, out: TextIO, *, verbose: bool = False) -> None:
+    """Write `report` in format `fmt` onto `out`."""
+    renderer(fmt)(report, out, verbose=verbose)
+
+
+# C0 controls but tab and newline, DEL and C1 controls (terminal escapes; XML 1.0 forbids
+# most of them), surrogates (undecodable bytes under surrogateescape; not encodable) and
+# the noncharacters U+FFFE and U+FFFF (XML 1.0 forbids them).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # a raw byte smuggled in by errors="surrogateescape"
+        return f"\\x{code - 0xDC00:02x}"
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}"
+
+
+def escape_controls(text: str) -> str:
+    r"""`text` with control characters spelled out (`\x1b`), tab and newline kept.
+
+    For formats meant for terminals and XML: raw command output in evidence must neither
+    drive the terminal nor make the XML invalid. The json formats keep text as is.
+    """
+    return _CONTROL.sub(_escape_one, text)

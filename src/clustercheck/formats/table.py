@@ -1,0 +1,134 @@
+"""The table format: for people at a terminal. One table per host, then a totals line.
+
+Each host's table is titled with the host and its status and lists every check: id,
+status (ok green, warn yellow, fail red, skip dim, error magenta) and summary; with
+verbose, the summary cell also holds the evidence (indented, dim) and the remedy.
+
+Colour only when `out` is a terminal (rich decides; FORCE_COLOR, TTY_COMPATIBLE and
+NO_COLOR are honoured). Text from checks is never read as rich markup, and control
+characters in it are spelled out (`\\x1b`), so command output cannot drive the terminal.
+Width: the terminal's, else 120 columns.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from clustercheck.formats import escape_controls
+from clustercheck.result import CheckResult, HostReport, Report, Status
+
+__all__ = ["STATUS_STYLES", "render"]
+
+#: Width when `out` is not a terminal (a file, a pipe, a test).
+DEFAULT_WIDTH = 120
+
+STATUS_STYLES = {
+    Status.OK: "green",
+    Status.WARN: "yellow",
+    Status.FAIL: "bold red",
+    Status.SKIP: "dim",
+    Status.ERROR: "magenta",
+}
+
+
+def _text(text: str, style: str = "") -> Text:
+    """Check-provided text, never markup, controls spelled out, tabs expanded."""
+    return Text(escape_controls(text).expandtabs(8), style=style)
+
+
+def _status(status: Status) -> Text:
+    return Text(status.value, style=STATUS_STYLES[status])
+
+
+def _details(check: CheckResult) -> RenderableType:
+    """Verbose summary cell: the summary, then the evidence indented, then the remedy."""
+    parts: list[RenderableType] = [_text(check.summary)]
+    if check.evidence:
+        parts.append(Padding(_text("\n".join(check.evidence), style="dim"), (0, 0, 0, 2)))
+    if check.remedy:
+        parts.append(Text.assemble(("remedy: ", "bold cyan"), _text(check.remedy)))
+    return Group(*parts)
+
+
+def _host_table(host: HostReport, *, verbose: bool, id_width: int) -> Table:
+    table = Table(
+        box=box.ROUNDED,
+        show_lines=verbose,
+        highlight=False,
+    )
+    table.add_column("check", no_wrap=True, min_width=id_width)
+    table.add_column("status", no_wrap=True, min_width=5)
+    table.add_column("summary", overflow="fold")
+    for check in host.checks:
+        summary = _details(check) if verbose else _text(check.summary)
+        table.add_row(_text(check.id), _status(check.status), summary)
+    return table
+
+
+def _count(n: int, status: Status) -> Text:
+    return Text(f"{n} {status.value}", style=STATUS_STYLES[status] if n else "")
+
+
+def _footer(report: Report, *, separator: str) -> Text:
+    """`3 hosts: 1 ok, 1 warn, 1 fail · checks: 20 ok, 2 warn, 1 fail, 3 skip, 0 error`.
+
+    Hosts list only the statuses some host has; checks list every status.
+    """
+    hosts = [h.status for h in report.hosts]
+    host_counts = [_count(hosts.count(s), s) for s in Status if hosts.count(s)]
+    counts = report.counts()
+    check_counts = [_count(counts[s.value], s) for s in Status]
+    noun = "host" if len(hosts) == 1 else "hosts"
+    return Text.assemble(
+        f"{len(hosts)} {noun}",
+        ": " if host_counts else "",
+        Text(", ").join(host_counts),
+        f" {separator} checks: ",
+        Text(", ").join(check_counts),
+    )
+
+
+def render(
+    report: Report,
+    out: TextIO,
+    *,
+    verbose: bool = False,
+    width: int | None = None,
+    force_terminal: bool | None = None,
+) -> None:
+    """Tables of the report onto `out`.
+
+    `width` defaults to the terminal's, else 120; `force_terminal` overrides rich's guess
+    whether `out` is a terminal (colour), e.g. when rendering into a buffer for a tty.
+    """
+    if width is None and not _isatty(out):
+        width = DEFAULT_WIDTH
+    console = Console(
+        file=out,
+        width=width,
+        force_terminal=force_terminal,
+        markup=False,
+        emoji=False,
+        highlight=False,
+    )
+    id_width = max((len(c.id) for h in report.hosts for c in h.checks), default=5)
+    for host in report.hosts:
+        # The title is a line of its own, as a Table title would be padded with blanks.
+        console.print(Text.assemble(_text(host.host, style="bold"), " ", _status(host.status)))
+        console.print(_host_table(host, verbose=verbose, id_width=id_width))
+        console.print()
+    separator = "·" if console.encoding.lower().startswith("utf") else "-"
+    console.print(_footer(report, separator=separator))
+
+
+def _isatty(out: TextIO) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -1,0 +1,216 @@
+"""The host API: the only way a check touches a node.
+
+A check sees one `Host` per node per run. It offers three primitives, whatever the
+transport (local, SSH, replay of a fixture, recording):
+
+- `run(*argv)` -> `CommandResult` (never raises for a non-zero exit or a timeout;
+  `output()` is the strict variant that does),
+- `read(path)` -> text, `FileNotFoundError` when the file is absent on the node,
+- `probe(name)` -> JSON-able facts that only an in-process library sees (e.g. NVML).
+
+Every primitive is bounded by a timeout and by the running check's deadline, and
+every call leaves an observation (what was run or read) that becomes the check's
+evidence. `@fact` gathers a subsystem once per host per run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from clustercheck.errors import CommandTimeout, HostError
+
+T = TypeVar("T")
+
+#: Default time budget of one command, file read or probe, in seconds.
+DEFAULT_COMMAND_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command did on a node. `exit_code` is None when it was killed on timeout."""
+
+    argv: tuple[str, ...]
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+    def describe(self) -> str:
+        """One line for evidence and messages: the command and how it ended."""
+        if self.timed_out:
+            how = f"timed out after {self.duration_s:.1f} s"
+        else:
+            how = f"exit {self.exit_code}, {self.duration_s:.3f} s"
+        return f"$ {self.command}  ({how})"
+
+
+class Transport(Protocol):
+    """How bytes reach one node. Implementations: local, ssh, replay, recording."""
+
+    host: str
+    kind: str
+
+    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        """Run argv (no shell) and return its result; a command that is not found exits 127."""
+        ...
+
+    def read(self, path: str, *, timeout: float) -> str:
+        """Return the file's text; raise FileNotFoundError when absent, HostError otherwise."""
+        ...
+
+    def probe(self, name: str, *, timeout: float) -> Any:
+        """Return the JSON-able record of the named probe (see `Probe`)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Facts that need an in-process library locally and commands elsewhere.
+
+    `local()` runs in-process on the local node and raises ProbeUnavailable when the
+    library is missing; `remote(transport)` builds the same record from commands run
+    through any transport (SSH, or locally as the fallback). Recording stores the
+    record itself, so replay does not care which side made it.
+    """
+
+    name: str
+    remote: Callable[[Transport, float], Any]
+    local: Callable[[], Any] | None = None
+
+
+_PROBES: dict[str, Probe] = {}
+
+
+def register_probe(probe: Probe) -> Probe:
+    _PROBES[probe.name] = probe
+    return probe
+
+
+def get_probe(name: str) -> Probe:
+    """The probe named `name`, from the registry or the module clustercheck.probes.<name>."""
+    if name not in _PROBES:
+        with contextlib.suppress(ModuleNotFoundError):
+            importlib.import_module(f"clustercheck.probes.{name}")
+    if name not in _PROBES:
+        raise KeyError(f"no probe named {name!r}")
+    return _PROBES[name]
+
+
+class Host:
+    """One node for one run, as checks see it."""
+
+    def __init__(self, transport: Transport, *, command_timeout: float = DEFAULT_COMMAND_TIMEOUT):
+        self.transport = transport
+        self.name = transport.host
+        self.command_timeout = command_timeout
+        self.deadline: float | None = None  # monotonic time the running check must end by
+        self.observations: list[str] = []  # of the running check; the runner resets it
+        self._facts: dict[str, tuple[Any, BaseException | None, list[str]]] = {}
+
+    # -- primitives ---------------------------------------------------------------
+    def run(self, *argv: str, timeout: float | None = None) -> CommandResult:
+        """Run a command; a non-zero exit or a timeout is in the result, not raised."""
+        result = self.transport.run(argv, timeout=self._budget(timeout, "run " + shlex.join(argv)))
+        line = result.describe()
+        if not result.ok and result.stderr.strip():
+            line += "  stderr: " + _first_line(result.stderr)
+        self.observations.append(line)
+        return result
+
+    def output(self, *argv: str, timeout: float | None = None) -> str:
+        """stdout of a command that must succeed; otherwise HostError (an `error` result)."""
+        result = self.run(*argv, timeout=timeout)
+        if result.timed_out:
+            raise CommandTimeout(self.name, f"`{result.command}` did not finish within {result.duration_s:.1f} s")
+        if result.exit_code != 0:
+            detail = _first_line(result.stderr) or _first_line(result.stdout) or "no output"
+            hint = " (command not found on the node)" if result.exit_code == 127 else ""
+            raise HostError(self.name, f"`{result.command}` exited {result.exit_code}{hint}: {detail}")
+        return result.stdout
+
+    def read(self, path: str, timeout: float | None = None) -> str:
+        """Text of a file on the node; FileNotFoundError when it is absent."""
+        try:
+            text = self.transport.read(path, timeout=self._budget(timeout, "read " + path))
+        except FileNotFoundError:
+            self.observations.append(f"read {path}: absent")
+            raise
+        self.observations.append(f"read {path} ({text.count(chr(10))} lines)")
+        return text
+
+    def read_optional(self, path: str, timeout: float | None = None) -> str | None:
+        """Like read(), but None when the file is absent."""
+        try:
+            return self.read(path, timeout=timeout)
+        except FileNotFoundError:
+            return None
+
+    def probe(self, name: str, timeout: float | None = None) -> Any:
+        """The JSON-able record of an in-process probe (e.g. "nvml")."""
+        record = self.transport.probe(name, timeout=self._budget(timeout, "probe " + name))
+        self.observations.append(f"probe {name}")
+        return record
+
+    # -- facts ----------------------------------------------------------------------
+    def fact(self, key: str, gather: Callable[[Host], T]) -> T:
+        """Gather once per host per run; reusing it also reuses its observations."""
+        if key not in self._facts:
+            outer, self.observations = self.observations, []
+            value: Any = None
+            error: BaseException | None = None
+            try:
+                value = gather(self)
+            except Exception as exc:  # kept and re-raised to every check that uses the fact
+                error = exc
+            self._facts[key] = (value, error, self.observations)
+            self.observations = outer
+        value, error, observed = self._facts[key]
+        self.observations.extend(o for o in observed if o not in self.observations)
+        if error is not None:
+            raise error
+        return value  # type: ignore[no-any-return]
+
+    def _budget(self, timeout: float | None, what: str) -> float:
+        budget = self.command_timeout if timeout is None else timeout
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise CommandTimeout(self.name, f"the check ran out of time before it could {what}")
+            budget = min(budget, left)
+        return budget
+
+
+def fact(gather: Callable[[Host], T]) -> Callable[[Host], T]:
+    """Decorator: `@fact def gpus(host) -> list[...]` is gathered once per host per run."""
+    key = f"{gather.__module__}.{gather.__qualname__}"
+
+    @functools.wraps(gather)
+    def cached(host: Host) -> T:
+        return host.fact(key, gather)
+
+    return cached
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return ""

@@ -1,0 +1,344 @@
+"""Profiles: YAML files naming the checks to run and their parameters.
+
+    name: gpu-node                # optional; the file's stem otherwise
+    description: GPU compute node
+    extends: base                 # a bundled profile's name or a path (relative to this file)
+    check_dirs: [site-checks]     # site check folders (relative to this file)
+    checks:
+      node.memory: {min: 512GiB}  # check id: parameters
+      node.kernel:                # empty: the check's defaults
+      node.services: false        # drop a check the parent profile runs
+      gpu.count: {expected: 8, timeout: 20}   # `timeout`: the check's time budget, seconds
+
+Everything is validated before any host is contacted, and every problem is reported at
+once as FILE:LINE: message (ProfileError, exit 64).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clustercheck import registry
+from clustercheck.errors import ProfileError, UsageError
+
+_TOP_KEYS = {"name", "description", "extends", "check_dirs", "checks"}
+
+
+class _Map(dict[Any, Any]):
+    """A YAML mapping that remembers the line of each key (1-based)."""
+
+    line: int
+    key_lines: dict[Any, int]
+
+
+_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _LineLoader(_BaseLoader):  # type: ignore[misc]
+    pass
+
+
+def _construct_map(loader: Any, node: yaml.MappingNode) -> _Map:
+    loader.flatten_mapping(node)
+    result = _Map()
+    result.line = node.start_mark.line + 1
+    result.key_lines = {}
+    duplicates = []
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "a mapping key must be a plain value", key_node.start_mark
+            ) from None
+        if key in result:
+            duplicates.append((key, key_node.start_mark.line + 1))
+        result[key] = loader.construct_object(value_node, deep=True)
+        result.key_lines[key] = key_node.start_mark.line + 1
+    result.key_lines.update({f"__duplicate__{k}": line for k, line in duplicates})
+    return result
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_map)
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    """One check as a profile runs it: validated parameters and where they were set."""
+
+    id: str
+    params: dict[str, Any]
+    timeout: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    path: Path
+    checks: tuple[CheckConfig, ...]
+    check_dirs: tuple[Path, ...] = field(default=())
+
+
+def bundled_dir() -> Path:
+    return Path(str(resources.files("clustercheck.profiles")))
+
+
+def bundled_profiles() -> list[Path]:
+    return sorted(bundled_dir().glob("*.yaml"))
+
+
+def resolve(ref: str, relative_to: Path | None = None) -> Path:
+    """A profile reference: a path to a file, else the name of a bundled profile."""
+    candidates = []
+    path = Path(ref)
+    if relative_to is not None and not path.is_absolute():
+        candidates.append(relative_to / path)
+    candidates.append(path)
+    if "/" not in ref and not ref.endswith((".yaml", ".yml")):
+        candidates.append(bundled_dir() / f"{ref}.yaml")
+    for c in candidates:
+        if c.is_file():
+            return c
+    names = ", ".join(p.stem for p in bundled_profiles())
+    raise UsageError(f"profile {ref!r} not found: give a YAML file's path or a bundled profile ({names})")
+
+
+def load(ref: str, *, extra_check_dirs: tuple[Path, ...] = ()) -> Profile:
+    """Load, merge (extends) and validate a profile; raise ProfileError listing every problem."""
+    path = resolve(ref)
+    problems: list[str] = []
+    raw_checks, name, description, dirs = _load_chain(path, problems, seen=())
+    dirs = tuple(extra_check_dirs) + dirs
+    for d in dirs:
+        try:
+            registry.load_dir(d)
+        except UsageError as exc:
+            problems.append(str(exc))
+    configs = []
+    for check_id, (params, where) in raw_checks.items():
+        config = _validate(check_id, params, where, problems)
+        if config is not None:
+            configs.append(config)
+    if problems:
+        raise ProfileError(problems)
+    return Profile(name, description, path, tuple(configs), dirs)
+
+
+# raw check table: id -> ({param: (value, "file:line")}, "file:line of the id")
+_Raw = dict[str, tuple[dict[str, tuple[Any, str]], str]]
+
+
+def _load_chain(path: Path, problems: list[str], seen: tuple[Path, ...]) -> tuple[_Raw, str, str, tuple[Path, ...]]:
+    if path.resolve() in seen:
+        chain = " -> ".join(str(p) for p in (*seen, path.resolve()))
+        problems.append(f"{path}:1: profiles extend each other in a loop: {chain}")
+        return {}, path.stem, "", ()
+    seen = (*seen, path.resolve())
+    doc = _read_yaml(path, problems)
+    if doc is None:
+        return {}, path.stem, "", ()
+    here = f"{path}"
+
+    def at(line: int) -> str:
+        return f"{here}:{line}"
+
+    for key in doc:
+        if key not in _TOP_KEYS:
+            problems.append(f"{at(doc.key_lines[key])}: unknown key {key!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
+    for key, line in doc.key_lines.items():
+        if isinstance(key, str) and key.startswith("__duplicate__"):
+            problems.append(f"{at(line)}: {key[13:]!r} is given twice")
+
+    raw: _Raw = {}
+    dirs: tuple[Path, ...] = ()
+    name = _string(doc, "name", at, problems) or path.stem
+    description = _string(doc, "description", at, problems) or ""
+    parent = doc.get("extends")
+    if parent is not None:
+        if not isinstance(parent, str):
+            problems.append(f"{at(doc.key_lines['extends'])}: extends must be a profile name or path")
+        else:
+            try:
+                parent_path = resolve(parent, relative_to=path.parent)
+            except UsageError as exc:
+                problems.append(f"{at(doc.key_lines['extends'])}: {exc}")
+            else:
+                raw, _, parent_description, dirs = _load_chain(parent_path, problems, seen)
+                description = description or parent_description
+
+    check_dirs = doc.get("check_dirs", [])
+    if not (isinstance(check_dirs, list) and all(isinstance(d, str) for d in check_dirs)):
+        problems.append(f"{at(doc.key_lines.get('check_dirs', doc.line))}: check_dirs must be a list of folders")
+    else:
+        dirs = dirs + tuple((path.parent / d) for d in check_dirs)
+
+    checks = doc.get("checks", {})
+    if "checks" in doc and not isinstance(checks, _Map):
+        problems.append(f"{at(doc.key_lines['checks'])}: checks must be a mapping of check id to parameters")
+        checks = _Map()
+    elif not isinstance(checks, _Map):
+        checks = _Map()
+        checks.key_lines = {}
+    for key, line in checks.key_lines.items():
+        if isinstance(key, str) and key.startswith("__duplicate__"):
+            problems.append(f"{at(line)}: check {key[13:]} is listed twice")
+    for check_id, params in checks.items():
+        line = checks.key_lines[check_id]
+        if not isinstance(check_id, str):
+            problems.append(f"{at(line)}: check ids are strings like node.memory, got {check_id!r}")
+            continue
+        if params is False:
+            raw.pop(check_id, None)
+            continue
+        if params is None or params is True:
+            params = _Map()
+            params.key_lines = {}
+        if not isinstance(params, _Map):
+            problems.append(
+                f"{at(line)}: {check_id}: parameters must be a mapping like {{expected: 8}}, "
+                f"empty for the defaults, or false to drop the check; got {params!r}"
+            )
+            continue
+        merged = dict(raw[check_id][0]) if check_id in raw else {}
+        for pname, value in params.items():
+            merged[str(pname)] = (value, at(params.key_lines.get(pname, line)))
+        raw.pop(check_id, None)  # keep the order of the profile that last set it
+        raw[check_id] = (merged, at(line))
+    return raw, name, description, dirs
+
+
+def _string(doc: _Map, key: str, at: Any, problems: list[str]) -> str | None:
+    value = doc.get(key)
+    if value is not None and not isinstance(value, str):
+        problems.append(f"{at(doc.key_lines[key])}: {key} must be a string")
+        return None
+    return value
+
+
+def _read_yaml(path: Path, problems: list[str]) -> _Map | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"{path}:1: cannot read the profile: {exc}")
+        return None
+    try:
+        doc = yaml.load(text, Loader=_LineLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        problems.append(f"{path}:{line}: YAML syntax error: {exc.problem or exc.context}")
+        return None
+    except yaml.YAMLError as exc:
+        problems.append(f"{path}:1: YAML error: {exc}")
+        return None
+    if doc is None:
+        problems.append(f"{path}:1: the profile is empty; it needs at least `checks:`")
+        return None
+    if not isinstance(doc, _Map):
+        problems.append(
+            f"{path}:1: a profile is a YAML mapping (name:, extends:, checks: ...), got {type(doc).__name__}"
+        )
+        return None
+    return doc
+
+
+def _validate(check_id: str, params: dict[str, tuple[Any, str]], where: str, problems: list[str]) -> CheckConfig | None:
+    try:
+        spec = registry.lookup(check_id)
+    except UsageError as exc:
+        problems.append(f"{where}: {exc}")
+        return None
+    if spec is None:
+        close = difflib.get_close_matches(check_id, registry.known_ids(), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        problems.append(f"{where}: unknown check {check_id!r}{hint}; `clustercheck checks` lists them")
+        return None
+    values: dict[str, Any] = {}
+    timeout = spec.timeout
+    ok = True
+    for pname, (value, pwhere) in params.items():
+        if pname == registry.TIMEOUT_PARAM:
+            try:
+                timeout = registry.coerce(float, value)
+                if timeout <= 0:
+                    raise ValueError("the time budget must be more than 0 seconds")
+            except ValueError as exc:
+                problems.append(f"{pwhere}: {check_id}.timeout: {exc}")
+                ok = False
+            continue
+        param = spec.param(pname)
+        if param is None:
+            names = ", ".join(p.name for p in spec.params) or "none"
+            problems.append(f"{pwhere}: {check_id} has no parameter {pname!r} (its parameters: {names}; and timeout)")
+            ok = False
+            continue
+        try:
+            values[pname] = registry.coerce(param.type, value)
+        except ValueError as exc:
+            problems.append(f"{pwhere}: {check_id}.{pname}: {exc}")
+            ok = False
+    for param in spec.params:
+        if param.required and param.name not in values and param.name not in params:
+            problems.append(f"{where}: {check_id} needs the parameter {param.name!r} (a {param.type_name})")
+            ok = False
+        elif param.name not in params:
+            values[param.name] = param.default
+    return CheckConfig(check_id, values, timeout, where) if ok else None
+
+
+def json_schema() -> dict[str, Any]:
+    """A JSON Schema of profiles for editors (yaml-language-server), from the registered checks."""
+    types: dict[str, dict[str, Any]] = {
+        "integer": {"type": "integer"},
+        "number": {"type": "number"},
+        "string": {"type": "string"},
+        "true/false": {"type": "boolean"},
+        "list of strings": {"type": "array", "items": {"type": "string"}},
+        "size like 512GiB": {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*[0-9.]+\s*[KMGTPEkmgtpe]?i?B?\s*$"},
+            ]
+        },
+    }
+    checks: dict[str, Any] = {}
+    for spec in registry.all_checks():
+        props: dict[str, Any] = {
+            p.name: {
+                **types[p.type_name],
+                "description": f"{p.type_name}" + ("" if p.required else f", default {p.default!r}"),
+            }
+            for p in spec.params
+        }
+        props["timeout"] = {"type": "number", "exclusiveMinimum": 0, "description": "time budget in seconds"}
+        required = [p.name for p in spec.params if p.required]
+        checks[spec.id] = {
+            "description": spec.title,
+            "anyOf": [
+                {"type": "object", "properties": props, "additionalProperties": False, "required": required},
+                {"const": False},
+                *([{"type": "null"}] if not required else []),
+            ],
+        }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "clustercheck profile",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string"},
+            "description": {"type": "string"},
+            "extends": {"type": "string", "description": "a bundled profile's name or a path"},
+            "check_dirs": {"type": "array", "items": {"type": "string"}},
+            "checks": {"type": "object", "properties": checks, "additionalProperties": False},
+        },
+    }

@@ -1,0 +1,318 @@
+"""The check registry: `@check`, parameter schemas from signatures, and check discovery.
+
+A check is a function in a subsystem module::
+
+    @check(needs=["file /proc/meminfo"])
+    def memory(host: Host, *, min_total: Size) -> Result:
+        '''MemTotal is at least `min`.
+
+        Why it matters ... How it decides ... How to fix ...'''
+
+registered as `<module stem>.<function name>` (here `node.memory`). Its parameters are
+its keyword-only arguments; their annotations (int, float, str, bool, tuple[str, ...] for lists, Size)
+are the types a profile is validated against, their defaults the defaults. The first
+docstring line is the title `clustercheck checks` shows; the rest is `explain`.
+
+Where checks come from, in this order: the built-in `clustercheck.checks` package (the
+repository's top-level `checks/` folder, mapped into the package by pyproject.toml so a
+source checkout and an installed wheel find it the same way), site folders (`--checks
+DIR`, a profile's `check_dirs:`), and the `clustercheck.checks` entry point group.
+Built-in modules are imported only when a profile names one of their checks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import pkgutil
+import re
+import sys
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clustercheck.errors import UsageError
+
+if typing.TYPE_CHECKING:
+    from clustercheck.result import Result
+
+CheckFunc = Callable[..., "Result"]
+
+# -- sizes ----------------------------------------------------------------------------
+
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTPE]?)(i?)(B?)\s*$", re.IGNORECASE)
+_POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
+
+
+class Size(int):
+    """A number of bytes, written in profiles as `512GiB`, `1.9TiB`, `500GB`, `64G` or 1024.
+
+    KiB/MiB/... and bare K/M/G/T (as Slurm and `free` use them) are powers of 1024;
+    KB/MB/GB/TB are powers of 1000.
+    """
+
+    @classmethod
+    def parse(cls, value: object) -> Size:
+        if isinstance(value, bool):
+            raise ValueError(f"expected a size like 512GiB, got {value!r}")
+        if isinstance(value, int):
+            if value < 0:
+                raise ValueError(f"a size cannot be negative: {value}")
+            return cls(value)
+        if isinstance(value, float) and value >= 0:
+            return cls(int(value))
+        if isinstance(value, str):
+            m = _SIZE_RE.match(value)
+            if m:
+                number, prefix, binary, byte = m.groups()
+                decimal = byte and not binary and prefix
+                base = 1000 if decimal else 1024
+                return cls(int(float(number) * base ** _POWERS[prefix.upper()]))
+        raise ValueError(f"expected a size like 512GiB, 1.9TiB or 500GB, got {value!r}")
+
+    def __str__(self) -> str:
+        return human_size(self)
+
+
+def human_size(n: float) -> str:
+    """1.9 TiB, 512 GiB, 4 KiB, 17 B."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" or float(n).is_integer() else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+# -- parameters -----------------------------------------------------------------------
+
+_TYPE_NAMES: dict[Any, str] = {
+    int: "integer",
+    float: "number",
+    str: "string",
+    bool: "true/false",
+    tuple[str, ...]: "list of strings",
+    Size: "size like 512GiB",
+}
+
+#: A parameter every check has: its time budget in seconds (reserved name).
+TIMEOUT_PARAM = "timeout"
+DEFAULT_CHECK_TIMEOUT = 30.0
+
+
+def coerce(kind: Any, value: object) -> Any:
+    """Convert a YAML value to a parameter's type, or raise ValueError saying what was expected."""
+    if kind is Size:
+        return Size.parse(value)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif kind is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError(f"expected a string, got the number {value!r}: quote it ('{value}')")
+    elif kind == tuple[str, ...]:
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        if isinstance(value, list):
+            bad = next(v for v in value if not isinstance(v, str))
+            raise ValueError(f"expected a list of strings, but it holds {bad!r}: quote it")
+    shown = "nothing" if value is None else f"{value!r}"
+    raise ValueError(f"expected a {_TYPE_NAMES[kind]}, got {shown}")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: Any
+    default: Any
+    required: bool
+
+    @property
+    def type_name(self) -> str:
+        return _TYPE_NAMES[self.type]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type_name,
+            "required": self.required,
+            "default": None if self.required else self.default,
+        }
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    id: str
+    func: CheckFunc
+    params: tuple[Param, ...]
+    title: str
+    doc: str
+    needs: tuple[str, ...]
+    timeout: float
+    source: str
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "needs": list(self.needs),
+            "timeout_s": self.timeout,
+            "params": [p.to_json() for p in self.params],
+            "source": self.source,
+        }
+
+
+_REGISTRY: dict[str, CheckSpec] = {}
+
+
+F = typing.TypeVar("F", bound=Callable[..., Any])
+
+
+@typing.overload
+def check(func: F, /) -> F: ...
+
+
+@typing.overload
+def check(
+    *, id: str | None = None, needs: Iterable[str] = (), timeout: float = DEFAULT_CHECK_TIMEOUT
+) -> Callable[[F], F]: ...
+
+
+def check(
+    func: F | None = None,
+    /,
+    *,
+    id: str | None = None,
+    needs: Iterable[str] = (),
+    timeout: float = DEFAULT_CHECK_TIMEOUT,
+) -> Any:
+    """Register a check. Usable bare (`@check`) or with options (`@check(needs=[...])`).
+
+    `needs` says what the check reads on a node ("command nvidia-smi", "file /proc/meminfo",
+    "probe nvml"); `timeout` is its default time budget in seconds.
+    """
+
+    def register(f: F) -> F:
+        spec = _make_spec(f, id, tuple(needs), timeout)
+        old = _REGISTRY.get(spec.id)
+        if old is not None and old.source != spec.source:
+            raise UsageError(f"check {spec.id} is defined twice: in {old.source} and in {spec.source}")
+        _REGISTRY[spec.id] = spec
+        return f
+
+    return register(func) if func is not None else register
+
+
+def _make_spec(f: CheckFunc, check_id: str | None, needs: tuple[str, ...], timeout: float) -> CheckSpec:
+    stem = f.__module__.rsplit(".", 1)[-1]
+    check_id = check_id or f"{stem}.{f.__name__}"
+    where = f"{inspect.getsourcefile(f) or f.__module__}:{f.__code__.co_firstlineno}"
+    hints = typing.get_type_hints(f)
+    params = []
+    for p in inspect.signature(f).parameters.values():
+        if p.kind is not inspect.Parameter.KEYWORD_ONLY:
+            continue
+        if p.name == TIMEOUT_PARAM:
+            raise UsageError(f"{where}: check {check_id}: `timeout` is reserved for the check's time budget")
+        kind = hints.get(p.name)
+        if kind not in _TYPE_NAMES:
+            raise UsageError(
+                f"{where}: check {check_id}: parameter {p.name} has type {kind!r}; "
+                "use int, float, str, bool, tuple[str, ...] or Size"
+            )
+        required = p.default is inspect.Parameter.empty
+        params.append(Param(p.name, kind, None if required else p.default, required))
+    doc = inspect.cleandoc(f.__doc__ or "")
+    title, _, rest = doc.partition("\n")
+    if not title:
+        raise UsageError(f"{where}: check {check_id} needs a docstring: its first line is the check's title")
+    return CheckSpec(check_id, f, tuple(params), title.strip(), rest.strip(), needs, timeout, where)
+
+
+# -- discovery ------------------------------------------------------------------------
+
+_loaded_dirs: set[Path] = set()
+_entry_points_loaded = False
+
+
+def builtin_modules() -> list[str]:
+    pkg = importlib.import_module("clustercheck.checks")
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+
+
+def load_dir(folder: Path) -> None:
+    """Import every `*.py` in a site checks folder (as NHC sites drop scripts into theirs)."""
+    folder = folder.resolve()
+    if folder in _loaded_dirs:
+        return
+    if not folder.is_dir():
+        raise UsageError(f"checks folder {folder} does not exist")
+    _loaded_dirs.add(folder)
+    for path in sorted(folder.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        name = f"clustercheck_site.{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise UsageError(f"{path}: cannot be imported as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except UsageError:
+            raise
+        except Exception as exc:
+            line = getattr(exc, "lineno", None)
+            where = f"{path}:{line}" if line else str(path)
+            raise UsageError(f"{where}: the check module failed to load: {type(exc).__name__}: {exc}") from exc
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="clustercheck.checks"):
+        try:
+            ep.load()
+        except Exception as exc:
+            raise UsageError(f"entry point {ep.name} = {ep.value} failed to load: {type(exc).__name__}: {exc}") from exc
+
+
+def lookup(check_id: str) -> CheckSpec | None:
+    """The spec of `check_id`, importing only the module that should define it."""
+    if check_id in _REGISTRY:
+        return _REGISTRY[check_id]
+    stem = check_id.split(".", 1)[0]
+    if re.fullmatch(r"[a-z_][a-z0-9_]*", stem) and stem in builtin_modules():
+        importlib.import_module(f"clustercheck.checks.{stem}")
+    if check_id not in _REGISTRY:
+        _load_entry_points()
+    return _REGISTRY.get(check_id)
+
+
+def all_checks() -> list[CheckSpec]:
+    """Every check: built-in, from loaded site folders and from entry points."""
+    for name in builtin_modules():
+        importlib.import_module(f"clustercheck.checks.{name}")
+    _load_entry_points()
+    return sorted(_REGISTRY.values(), key=lambda s: s.id)
+
+
+def known_ids() -> list[str]:
+    return [s.id for s in all_checks()]

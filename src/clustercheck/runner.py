@@ -1,0 +1,140 @@
+"""Run a profile's checks on hosts: hosts in parallel (bounded), checks in profile order.
+
+Nothing a host does stops the run: an exception in a check becomes that check's `error`
+result; an unreachable host becomes `error` results for its checks; a run that outlives
+`timeout` reports what finished and `error` for the rest. Workers are daemon threads, so
+a host stuck in a syscall cannot keep the process alive after the report is out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+
+from clustercheck import registry
+from clustercheck.errors import HostError, Unreachable
+from clustercheck.host import DEFAULT_COMMAND_TIMEOUT, Host, Transport
+from clustercheck.profile import CheckConfig, Profile
+from clustercheck.result import CheckResult, HostReport, Report, Result, Status
+
+OnHostDone = Callable[[HostReport], None]
+
+
+def run_checks(
+    host: Host, checks: Sequence[CheckConfig], *, debug: bool = False, done: list[CheckResult] | None = None
+) -> list[CheckResult]:
+    """Run checks on one host in order; results are appended to `done` as they finish."""
+    results = [] if done is None else done
+    unreachable: str | None = None
+    for config in checks:
+        if unreachable is not None:
+            results.append(CheckResult(config.id, Status.ERROR, f"not run: {unreachable}"))
+            continue
+        result = run_one(host, config, debug=debug)
+        results.append(result)
+        if result.data.get("unreachable"):
+            unreachable = result.summary
+    return results
+
+
+def run_one(host: Host, config: CheckConfig, *, debug: bool = False) -> CheckResult:
+    spec = registry.lookup(config.id)
+    assert spec is not None, f"profile validation let an unknown check through: {config.id}"
+    host.observations = []
+    start = time.monotonic()
+    host.deadline = start + config.timeout
+    data: dict[str, object] = {}
+    try:
+        result = spec.func(host, **config.params)
+        if not isinstance(result, Result):
+            raise TypeError(f"the check returned {type(result).__name__}, not a Result (use ok/warn/fail/skip)")
+        status, summary, remedy = result.status, result.summary, result.remedy
+        evidence = list(result.evidence)
+        data = dict(result.data)
+        if status is Status.ERROR:
+            raise TypeError("checks may not return `error` themselves; raise an exception instead")
+    except Unreachable as exc:
+        status, summary, remedy, evidence = Status.ERROR, f"host unreachable: {exc}", "", []
+        data = {"unreachable": True}
+    except HostError as exc:
+        status, summary, remedy, evidence = Status.ERROR, str(exc), "", []
+    except Exception as exc:
+        status, summary, remedy = Status.ERROR, f"the check crashed: {type(exc).__name__}: {exc}", ""
+        evidence = traceback.format_exc().splitlines() if debug else []
+    finally:
+        host.deadline = None
+    evidence += [o for o in host.observations if o not in evidence]
+    return CheckResult(config.id, status, summary, tuple(evidence), remedy, time.monotonic() - start, data)
+
+
+def run_profile(
+    profile: Profile,
+    transports: Sequence[Transport],
+    *,
+    version: str,
+    jobs: int = 32,
+    timeout: float | None = None,
+    command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    debug: bool = False,
+    on_host_done: OnHostDone | None = None,
+) -> Report:
+    """Run the profile on every transport's host and return the report (hosts in given order)."""
+    partial: dict[int, list[CheckResult]] = {i: [] for i in range(len(transports))}
+    finished: dict[int, HostReport] = {}
+    todo: queue.Queue[int] = queue.Queue()
+    for i in range(len(transports)):
+        todo.put(i)
+    done_event = threading.Event()
+    lock = threading.Lock()
+    stopped = False
+
+    def worker() -> None:
+        while not stopped:
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            transport = transports[i]
+            try:
+                run_checks(
+                    Host(transport, command_timeout=command_timeout), profile.checks, debug=debug, done=partial[i]
+                )
+            finally:
+                with contextlib.suppress(Exception):
+                    transport.close()
+            report = HostReport(transport.host, tuple(partial[i]))
+            with lock:
+                if stopped:  # the run's timeout already reported this host
+                    return
+                finished[i] = report
+                if on_host_done is not None:
+                    on_host_done(report)
+                if len(finished) == len(transports):
+                    done_event.set()
+
+    if not transports:
+        done_event.set()
+    for n in range(max(1, min(jobs, len(transports)))):
+        threading.Thread(target=worker, name=f"clustercheck-worker-{n}", daemon=True).start()
+    done_event.wait(timeout)
+
+    hosts = []
+    with lock:
+        stopped = True
+        for i, transport in enumerate(transports):
+            if i in finished:
+                hosts.append(finished[i])
+                continue
+            got = list(partial[i])
+            seen = {c.id for c in got}
+            why = f"not finished: the run's --timeout of {timeout:g} s expired"
+            got += [CheckResult(c.id, Status.ERROR, why) for c in profile.checks if c.id not in seen]
+            report = HostReport(transport.host, tuple(got))
+            hosts.append(report)
+            if on_host_done is not None:
+                on_host_done(report)
+    return Report(version, profile.name, tuple(hosts))

@@ -1,0 +1,296 @@
+"""Recorded fixtures: record a host's answers into plain files, replay them strictly.
+
+A fixture is a folder people can read, diff and edit::
+
+    fixture.yaml               host, profile, transport, clustercheck, recorded_at, note,
+                               expect: {check id: status}, absent: [files absent on the node]
+    commands/<slug>/command.yaml   argv, exit_code, duration_s, timed_out
+    commands/<slug>/stdout, stderr
+    files/<absolute path>      exact copies (files/proc/meminfo ...)
+    probes/<name>.json         a probe's normalized record (probes/<name>.error: why it failed)
+
+The key of a command is its logical argv (no ssh/sudo/timeout wrapper), so a fixture
+recorded over SSH replays a local check. Replay is strict: anything not recorded raises
+NotRecorded naming what to re-record, so the check reports `error`, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import shlex
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clustercheck.errors import FixtureError, HostError, NotRecorded
+from clustercheck.host import CommandResult, Transport
+
+MANIFEST = "fixture.yaml"
+_SECRET_RE = re.compile(
+    r"(?i)\b([A-Za-z_][A-Za-z0-9_]*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Za-z0-9_]*)=([^\s\x00'\"]+)"
+)
+
+
+def redact_secrets(text: str) -> str:
+    """Blank the values of environment variables whose names look secret."""
+    return _SECRET_RE.sub(lambda m: f"{m.group(1)}=<redacted>", text)
+
+
+def _slug(argv: Sequence[str]) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", " ".join(argv)).strip("_.")
+    return slug[:60] or "command"
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+@dataclass
+class Fixture:
+    """A fixture folder, read and checked once, before any check runs."""
+
+    path: Path
+    host: str
+    profile: str | None
+    note: str
+    expect: dict[str, str]
+    absent: set[str]
+    commands: dict[tuple[str, ...], tuple[Path, dict[str, Any]]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Fixture:
+        manifest = path / MANIFEST
+        meta = _load_yaml(manifest)
+        if not isinstance(meta, dict):
+            raise FixtureError(f"{manifest}: a fixture manifest is a mapping (host:, profile:, note:, expect: ...)")
+        host = meta.get("host")
+        if not isinstance(host, str) or not host:
+            raise FixtureError(f"{manifest}: `host:` (the recorded node's name) is missing or not a string")
+        expect = meta.get("expect") or {}
+        if not isinstance(expect, dict) or not all(
+            isinstance(k, str) and v in ("ok", "warn", "fail", "skip", "error") for k, v in expect.items()
+        ):
+            raise FixtureError(f"{manifest}: `expect:` maps check ids to ok|warn|fail|skip|error")
+        absent = meta.get("absent") or []
+        if not isinstance(absent, list) or not all(isinstance(a, str) for a in absent):
+            raise FixtureError(f"{manifest}: `absent:` is a list of file paths that were absent on the node")
+        profile = meta.get("profile")
+        fixture = cls(
+            path,
+            host,
+            profile if isinstance(profile, str) else None,
+            str(meta.get("note") or ""),
+            dict(expect),
+            set(absent),
+        )
+        commands_dir = path / "commands"
+        if commands_dir.is_dir():
+            for cmd_file in sorted(commands_dir.glob("*/command.yaml")):
+                record = _load_yaml(cmd_file)
+                argv = record.get("argv") if isinstance(record, dict) else None
+                if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+                    raise FixtureError(f"{cmd_file}: `argv:` must be a non-empty list of strings")
+                code = record.get("exit_code")
+                if not (code is None or (isinstance(code, int) and not isinstance(code, bool))):
+                    raise FixtureError(f"{cmd_file}: `exit_code:` must be an integer (or null when it timed out)")
+                if not isinstance(record.get("duration_s", 0.0), (int, float)):
+                    raise FixtureError(f"{cmd_file}: `duration_s:` must be a number of seconds")
+                fixture.commands[tuple(argv)] = (cmd_file.parent, record)
+        return fixture
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FixtureError(
+            f"{path}: missing (a fixture folder needs a {MANIFEST}; see `clustercheck record`)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FixtureError(f"{path}: cannot be read: {exc}") from exc
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.MarkedYAMLError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else 1
+        raise FixtureError(f"{path}:{line}: YAML syntax error: {exc.problem}") from exc
+    except yaml.YAMLError as exc:
+        raise FixtureError(f"{path}: YAML error: {exc}") from exc
+
+
+def find_fixtures(paths: Iterable[Path]) -> list[Fixture]:
+    """Fixtures from folders that are a fixture or hold fixtures (a recorded cluster)."""
+    found: list[Fixture] = []
+    for path in paths:
+        if (path / MANIFEST).is_file():
+            found.append(Fixture.load(path))
+            continue
+        if not path.is_dir():
+            raise FixtureError(f"{path}: no such fixture folder")
+        subs = sorted(p for p in path.iterdir() if (p / MANIFEST).is_file())
+        if not subs:
+            raise FixtureError(f"{path}: holds no {MANIFEST}, and none of its subfolders does")
+        found.extend(Fixture.load(p) for p in subs)
+    hosts = [f.host for f in found]
+    dupes = sorted({h for h in hosts if hosts.count(h) > 1})
+    if dupes:
+        raise FixtureError(f"several fixtures claim the same host: {', '.join(dupes)}")
+    return found
+
+
+class ReplayTransport:
+    kind = "replay"
+
+    def __init__(self, fixture: Fixture) -> None:
+        self.fixture = fixture
+        self.host = fixture.host
+
+    def _missing(self, what: str) -> NotRecorded:
+        profile = self.fixture.profile or "PROFILE"
+        return NotRecorded(
+            self.host,
+            f"fixture {self.fixture.path} has no recording of {what}; re-record it with "
+            f"`clustercheck record --profile {profile} --ssh {self.host} --out {self.fixture.path}`",
+        )
+
+    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        argv = tuple(argv)
+        entry = self.fixture.commands.get(argv)
+        if entry is None:
+            raise self._missing(f"`{shlex.join(argv)}`")
+        folder, record = entry
+        duration = float(record.get("duration_s", 0.0))
+        stdout = _read_optional(folder / "stdout")
+        stderr = _read_optional(folder / "stderr")
+        if record.get("timed_out") or duration > timeout:  # it would not have finished in this budget
+            return CommandResult(argv, None, stdout, stderr, min(duration, timeout), timed_out=True)
+        return CommandResult(argv, record.get("exit_code"), stdout, stderr, duration)
+
+    def read(self, path: str, *, timeout: float) -> str:
+        if path in self.fixture.absent:
+            raise FileNotFoundError(path)
+        local = self.fixture.path / "files" / path.lstrip("/")
+        if local.is_file():
+            return local.read_bytes().decode("utf-8", errors="replace")
+        raise self._missing(f"the file {path}")
+
+    def probe(self, name: str, *, timeout: float) -> Any:
+        base = self.fixture.path / "probes" / name
+        error = base.with_suffix(".error")
+        if error.is_file():
+            raise HostError(self.host, error.read_text(encoding="utf-8", errors="replace").strip())
+        record = base.with_suffix(".json")
+        if not record.is_file():
+            raise self._missing(f"the probe {name!r}")
+        try:
+            return json.loads(record.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise FixtureError(f"{record}: not valid JSON: {exc}") from exc
+
+    def close(self) -> None:
+        pass
+
+
+def _read_optional(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+# -- recording ------------------------------------------------------------------------------
+
+
+class RecordingTransport:
+    """Wraps another transport and writes everything it answers into a fixture folder."""
+
+    kind = "recording"
+
+    def __init__(self, inner: Transport, out: Path, *, redact_hostnames: bool = False) -> None:
+        self.inner = inner
+        self.out = out
+        self.host = inner.host
+        self.absent: set[str] = set()
+        self._slugs: dict[tuple[str, ...], str] = {}
+        self._names: list[str] = []
+        if redact_hostnames:
+            self._names = sorted({inner.host, inner.host.split(".")[0]}, key=len, reverse=True)
+            self.host = "redacted-host"
+        out.mkdir(parents=True, exist_ok=True)
+
+    def _clean(self, text: str) -> str:
+        text = redact_secrets(text)
+        for name in self._names:
+            text = re.sub(rf"(?<![A-Za-z0-9-]){re.escape(name)}(?![A-Za-z0-9-])", self.host, text)
+        return text
+
+    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        result = self.inner.run(argv, timeout=timeout)
+        key = tuple(argv)
+        slug = self._slugs.get(key)
+        if slug is None:
+            base, n = _slug(argv), 1
+            slug = base
+            while slug in self._slugs.values():
+                n += 1
+                slug = f"{base}-{n}"
+            self._slugs[key] = slug
+        folder = self.out / "commands" / slug
+        folder.mkdir(parents=True, exist_ok=True)
+        record = {
+            "argv": list(key),
+            "exit_code": result.exit_code,
+            "duration_s": round(result.duration_s, 4),
+            "timed_out": result.timed_out,
+        }
+        (folder / "command.yaml").write_text(yaml.safe_dump(record, sort_keys=False), encoding="utf-8")
+        (folder / "stdout").write_text(self._clean(result.stdout), encoding="utf-8")
+        (folder / "stderr").write_text(self._clean(result.stderr), encoding="utf-8")
+        return result
+
+    def read(self, path: str, *, timeout: float) -> str:
+        try:
+            text = self.inner.read(path, timeout=timeout)
+        except FileNotFoundError:
+            self.absent.add(path)
+            raise
+        target = self.out / "files" / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(self._clean(text), encoding="utf-8")
+        return text
+
+    def probe(self, name: str, *, timeout: float) -> Any:
+        base = self.out / "probes" / name
+        base.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            record = self.inner.probe(name, timeout=timeout)
+        except HostError as exc:
+            base.with_suffix(".error").write_text(self._clean(str(exc)) + "\n", encoding="utf-8")
+            raise
+        text = self._clean(json.dumps(record, indent=2, sort_keys=True))
+        base.with_suffix(".json").write_text(text + "\n", encoding="utf-8")
+        return record
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def write_manifest(self, *, profile: str, version: str, note: str, expect: dict[str, str]) -> Path:
+        manifest = {
+            "host": self.host,
+            "profile": profile,
+            "transport": self.inner.kind,
+            "clustercheck": version,
+            "recorded_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+            "note": note,
+            "expect": expect,
+            "absent": sorted(self.absent),
+        }
+        path = self.out / MANIFEST
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True), encoding="utf-8")
+        os.replace(tmp, path)
+        return path
