@@ -225,7 +225,9 @@ def cpu(host: Host, *, expected: int = 0, governor: str = "") -> Result:
     evidence = [f"online CPUs: {format_cpu_list(online)}", f"present CPUs: {format_cpu_list(present)}"]
     if offline:
         return fail(
-            f"{len(online)} of {len(present)} CPUs online: CPUs {format_cpu_list(offline)} are offline",
+            f"{len(online)} of {len(present)} CPUs online: "
+            + (f"CPU {format_cpu_list(offline)} is" if len(offline) == 1 else f"CPUs {format_cpu_list(offline)} are")
+            + " offline",
             remedy="Bring them online (`echo 1 > /sys/devices/system/cpu/cpuN/online`) "
             "or find why firmware disabled them.",
             data=data,
@@ -409,7 +411,8 @@ def services(host: Host, *, running: tuple[str, ...] = (), units: tuple[str, ...
             data=data,
             evidence=evidence,
         )
-    return ok(f"{len(running)} processes running, {len(units)} units active", data=data, evidence=evidence)
+    said = [f"{len(running)} processes running"] * bool(running) + [f"{len(units)} units active"] * bool(units)
+    return ok(", ".join(said), data=data, evidence=evidence)
 
 
 # -- kernel modules -----------------------------------------------------------------------

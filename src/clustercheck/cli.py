@@ -135,6 +135,21 @@ def _transports(
     return [LocalTransport()]
 
 
+def _recorded_profile(transports: list[Any]) -> str:
+    """The profile the replayed fixtures were recorded for (a path is relative to its fixture)."""
+    refs = set()
+    for t in transports:
+        fixture = getattr(t, "fixture", None)
+        if fixture is None or fixture.profile is None:
+            refs.add(None)
+            continue
+        relative = fixture.path / fixture.profile
+        refs.add(str(relative.resolve()) if relative.is_file() else fixture.profile)
+    if len(refs) != 1 or None in refs:
+        raise UsageError("--profile is required (fixtures supply it only when they all name the same one)")
+    return str(refs.pop())
+
+
 def _write(render: Any, output: Path | None) -> None:
     """Render to stdout, or atomically to a file (a textfile collector must never read half a file)."""
     if output is None:
@@ -198,10 +213,7 @@ def run(
         accept_new_host_keys=accept_new_host_keys,
     )
     if profile is None:
-        recorded = {getattr(getattr(t, "fixture", None), "profile", None) for t in transports}
-        if len(recorded) != 1 or None in recorded:
-            raise UsageError("--profile is required (fixtures can supply it only when they all name the same one)")
-        profile = str(recorded.pop())
+        profile = _recorded_profile(transports)
     prof = profiles.load(profile, extra_check_dirs=tuple(checks_dir or ()))
     report = runner.run_profile(
         prof,

@@ -62,6 +62,9 @@ def run_one(host: Host, config: CheckConfig, *, debug: bool = False) -> CheckRes
         data = {"unreachable": True}
     except HostError as exc:
         status, summary, remedy, evidence = Status.ERROR, str(exc), "", []
+    except FileNotFoundError as exc:  # a file the check needs is absent: it cannot tell
+        status, remedy, evidence = Status.ERROR, "", []
+        summary = f"cannot tell: {exc.filename or exc} is absent on the node"
     except Exception as exc:
         status, summary, remedy = Status.ERROR, f"the check crashed: {type(exc).__name__}: {exc}", ""
         evidence = traceback.format_exc().splitlines() if debug else []
@@ -129,6 +132,8 @@ def run_profile(
             if i in finished:
                 hosts.append(finished[i])
                 continue
+            with contextlib.suppress(Exception):  # stop what it still runs (kills local commands)
+                transport.close()
             got = list(partial[i])
             seen = {c.id for c in got}
             why = f"not finished: the run's --timeout of {timeout:g} s expired"

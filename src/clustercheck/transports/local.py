@@ -31,6 +31,7 @@ class LocalTransport:
 
     def __init__(self, host: str | None = None) -> None:
         self.host = host or socket.gethostname()
+        self._running: set[subprocess.Popen[bytes]] = set()
 
     def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
         argv = tuple(argv)
@@ -48,6 +49,7 @@ class LocalTransport:
             return CommandResult(argv, 127, "", f"{argv[0]}: command not found", time.monotonic() - start)
         except PermissionError as exc:
             return CommandResult(argv, 126, "", f"{argv[0]}: {exc.strerror}", time.monotonic() - start)
+        self._running.add(proc)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -57,6 +59,8 @@ class LocalTransport:
             except subprocess.TimeoutExpired:
                 out, err = b"", b""
             return CommandResult(argv, None, _text(out), _text(err), time.monotonic() - start, timed_out=True)
+        finally:
+            self._running.discard(proc)
         return CommandResult(argv, proc.returncode, _text(out), _text(err), time.monotonic() - start)
 
     def read(self, path: str, *, timeout: float) -> str:
@@ -89,7 +93,9 @@ class LocalTransport:
         return probe.remote(self, timeout)
 
     def close(self) -> None:
-        pass
+        """Kill commands still running (the run's --timeout expired while they ran)."""
+        for proc in list(self._running):
+            _kill_tree(proc)
 
 
 def _read_text(path: str, host: str) -> str:

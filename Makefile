@@ -1,0 +1,48 @@
+# make demo   run clustercheck over the bundled demo cluster of recorded fixtures
+# make test   the test suite (real sshd on loopback; needs openssh-server, installed when root)
+# make lint   ruff + mypy --strict
+# make bench  speed and memory figures into bench/RESULTS.md
+VENV    ?= .venv
+PYTHON  ?= python3
+STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+CC      := $(VENV)/bin/clustercheck
+
+.PHONY: venv demo test lint bench system-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: venv
+	@echo "== clustercheck run --replay fixtures/demo-cluster --profile fixtures/demo-cluster/site-profile.yaml"
+	@$(CC) run --replay fixtures/demo-cluster --profile fixtures/demo-cluster/site-profile.yaml; rc=$$?; \
+	  echo; echo "exit code $$rc (0 ok, 1 warn, 2 fail, 3 error): the demo cluster has broken nodes on purpose;"; \
+	  echo "add -v for evidence and remedies, --format json|jsonl|junit|prometheus for machines."; \
+	  test $$rc -le 3
+
+# The SSH tests start a real OpenSSH server on 127.0.0.1; install it when we can.
+system-deps:
+	@if ! test -x /usr/sbin/sshd; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; \
+	  else echo "make test needs /usr/sbin/sshd: install openssh-server (e.g. sudo apt-get install openssh-server)"; exit 1; fi; \
+	fi
+
+test: venv system-deps
+	$(VENV)/bin/python -m pytest
+
+lint: venv
+	$(VENV)/bin/ruff check src checks tests bench
+	$(VENV)/bin/ruff format --check src checks tests bench
+	$(VENV)/bin/mypy
+
+bench: venv
+	$(VENV)/bin/python bench/bench.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

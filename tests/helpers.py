@@ -1,0 +1,30 @@
+"""Shared test helpers: run the real CLI as a user would."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "fixtures"
+DEMO = FIXTURES / "demo-cluster"
+CORPUS = REPO.parent / "shared" / "corpus"
+
+
+def cli(
+    *args: str, cwd: Path | None = None, timeout: float = 60, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m clustercheck ARGS` in a subprocess; never raises on a non-zero exit."""
+    return subprocess.run(
+        [sys.executable, "-m", "clustercheck", *args],
+        cwd=cwd or REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=stdin,
+    )
+
+
+def all_fixtures() -> list[Path]:
+    return sorted(p.parent for p in FIXTURES.rglob("fixture.yaml"))

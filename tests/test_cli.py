@@ -1,0 +1,207 @@
+"""The command line as users meet it: subcommands, formats, exit codes, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import DEMO, REPO, cli
+
+SITE = str(DEMO / "site-profile.yaml")
+
+
+def test_version_and_python_m() -> None:
+    from clustercheck import __version__
+
+    proc = cli("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"clustercheck {__version__}"
+
+
+@pytest.mark.parametrize("sub", ["run", "record", "checks", "explain", "profiles"])
+def test_every_subcommand_has_help(sub: str) -> None:
+    proc = cli(sub, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage" in proc.stdout
+
+
+def test_usage_errors_exit_64_not_2() -> None:
+    proc = cli("run", "--no-such-option")
+    assert proc.returncode == 64
+    assert "No such option" in proc.stderr
+
+
+def test_conflicting_targets_exit_64() -> None:
+    proc = cli("run", "--local", "--replay", str(DEMO), "--profile", "base")
+    assert proc.returncode == 64
+    assert "choose one of --local" in proc.stderr
+
+
+def test_bad_hostlist_exits_64() -> None:
+    proc = cli("run", "--ssh", "gpu[01-", "--profile", "base")
+    assert proc.returncode == 64
+    assert "bad hostlist 'gpu[01-'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_exit_code_follows_worst_status() -> None:
+    assert cli("run", "--replay", str(DEMO / "gpu001"), "--profile", SITE).returncode == 0
+    assert cli("run", "--replay", str(DEMO / "gpu007"), "--profile", SITE).returncode == 1
+    assert cli("run", "--replay", str(DEMO / "gpu002"), "--profile", SITE).returncode == 2
+
+
+def test_error_exit_3_when_a_probe_was_not_recorded(tmp_path: Path) -> None:
+    fixture = tmp_path / "gpu001"
+    shutil.copytree(DEMO / "gpu001", fixture)
+    shutil.rmtree(fixture / "commands" / "ps_-e_-ww_-o_comm_-o_args")
+    proc = cli("run", "--replay", str(fixture), "--profile", SITE, "--format", "json")
+    assert proc.returncode == 3
+    checks = {c["id"]: c for c in json.loads(proc.stdout)["hosts"]["gpu001"]["checks"]}
+    services = checks["node.services"]
+    assert services["status"] == "error"
+    assert "has no recording of `ps -e -ww -o comm= -o args=`" in services["summary"]
+    assert "clustercheck record --profile ../site-profile.yaml --ssh gpu001" in services["summary"]
+
+
+def test_json_shape_is_the_documented_one() -> None:
+    proc = cli("run", "--replay", str(DEMO), "--profile", SITE, "--format", "json")
+    report = json.loads(proc.stdout)
+    assert set(report) == {"clustercheck", "profile", "hosts", "summary"}
+    assert report["profile"] == "demo-site"
+    assert set(report["summary"]) == {"ok", "warn", "fail", "skip", "error"}
+    gpu002 = report["hosts"]["gpu002"]
+    assert gpu002["status"] == "fail"
+    memory = next(c for c in gpu002["checks"] if c["id"] == "node.memory")
+    assert set(memory) == {"id", "status", "summary", "evidence", "remedy", "duration_s", "data"}
+    assert memory["summary"] == "15.6 GiB of memory, expected at least 20 GiB"
+    assert "MemTotal: 15.6 GiB" in memory["evidence"]
+    assert "read /proc/meminfo (54 lines)" in memory["evidence"]
+    assert "dmidecode" in memory["remedy"]
+    assert memory["data"]["total_bytes"] == 16318292 * 1024
+
+
+def test_jsonl_has_one_line_per_host_and_check() -> None:
+    proc = cli("run", "--replay", str(DEMO), "--profile", SITE, "--format", "jsonl")
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(lines) == 7 * 6
+    assert {line["host"] for line in lines} == {f"gpu00{i}" for i in range(1, 8)}
+
+
+def test_junit_and_prometheus_written_atomically(tmp_path: Path) -> None:
+    junit = tmp_path / "report.xml"
+    assert cli("run", "--replay", str(DEMO), "--profile", SITE, "-f", "junit", "-o", str(junit)).returncode == 2
+    suites = ET.parse(junit).getroot()
+    assert len(suites.findall("testsuite")) == 7
+    assert int(suites.get("failures", "0")) == 5
+    prom = tmp_path / "clustercheck.prom"
+    assert cli("run", "--replay", str(DEMO), "--profile", SITE, "-f", "prometheus", "-o", str(prom)).returncode == 2
+    text = prom.read_text()
+    assert 'clustercheck_check_status{host="gpu003",check="node.mounts",status="fail"} 1' in text
+    assert sorted(os.listdir(tmp_path)) == ["clustercheck.prom", "report.xml"]  # no temp files left
+
+
+def test_table_verbose_shows_evidence_and_remedy() -> None:
+    proc = cli("run", "--replay", str(DEMO / "gpu003"), "--profile", SITE, "-v")
+    assert "/scratch did not answer stat within 5 s" in proc.stdout
+    assert "$ stat -f -c %T /scratch  (timed out after 5.0 s)" in proc.stdout
+    assert "umount -f -l" in proc.stdout
+
+
+def test_profile_defaults_to_the_fixtures_recorded_one() -> None:
+    proc = cli("run", "--replay", str(DEMO), "--format", "json")
+    assert json.loads(proc.stdout)["profile"] == "demo-site"
+
+
+def test_checks_lists_every_check_with_parameters() -> None:
+    proc = cli("checks", "--format", "json")
+    checks = {c["id"]: c for c in json.loads(proc.stdout)}
+    assert {"node.kernel", "node.memory", "node.cpu", "node.mounts", "node.services", "node.modules"} <= set(checks)
+    memory = checks["node.memory"]
+    assert memory["needs"] == ["file /proc/meminfo"]
+    assert {"name": "min_total", "type": "size like 512GiB", "required": True, "default": None} in memory["params"]
+    table = cli("checks")
+    assert "node.mounts" in table.stdout
+
+
+def test_explain() -> None:
+    proc = cli("explain", "node.kernel")
+    assert proc.returncode == 0
+    assert "Why:" in proc.stdout and "Fix:" in proc.stdout and "fail_taints" in proc.stdout
+    bad = cli("explain", "node.kernal")
+    assert bad.returncode == 64
+    assert "did you mean node.kernel" in bad.stderr
+
+
+def test_site_checks_dir(tmp_path: Path) -> None:
+    (tmp_path / "site.py").write_text(
+        "from clustercheck import Host, Result, check, fail, ok\n"
+        "@check(needs=['file /proc/sys/kernel/osrelease'])\n"
+        "def kernel_is(host: Host, *, release: str) -> Result:\n"
+        "    '''The kernel release is exactly `release`.'''\n"
+        "    got = host.read('/proc/sys/kernel/osrelease').strip()\n"
+        "    return ok(got) if got == release else fail(f'kernel {got}, expected {release}')\n"
+    )
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  site.kernel_is: {release: 5.15.0-91-generic}\n")
+    proc = cli(
+        "run", "--replay", str(DEMO / "gpu001"), "--profile", str(profile), "--checks", str(tmp_path), "-f", "json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    (check,) = json.loads(proc.stdout)["hosts"]["gpu001"]["checks"]
+    assert check["id"] == "site.kernel_is" and check["status"] == "ok"
+
+
+def test_a_crashing_check_is_an_error_and_the_run_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text(
+        "from clustercheck import Host, Result, check\n"
+        "@check\n"
+        "def boom(host: Host) -> Result:\n"
+        "    '''Always crashes.'''\n"
+        "    return 1 / 0\n"
+    )
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"check_dirs: [{tmp_path}]\nchecks:\n  broken.boom:\n  node.kernel:\n")
+    proc = cli("run", "--replay", str(DEMO / "gpu001"), "--profile", str(profile), "-f", "json")
+    assert proc.returncode == 3
+    checks = json.loads(proc.stdout)["hosts"]["gpu001"]["checks"]
+    assert checks[0]["status"] == "error"
+    assert checks[0]["summary"] == "the check crashed: ZeroDivisionError: division by zero"
+    assert checks[1]["status"] == "ok"
+    debug = cli("--debug", "run", "--replay", str(DEMO / "gpu001"), "--profile", str(profile), "-f", "json")
+    assert any("ZeroDivisionError" in e for e in json.loads(debug.stdout)["hosts"]["gpu001"]["checks"][0]["evidence"])
+
+
+def test_local_run_on_this_machine() -> None:
+    proc = cli("run", "--local", "--profile", "base", "--format", "json")
+    assert proc.returncode in (0, 1, 2, 3)
+    report = json.loads(proc.stdout)
+    (host,) = report["hosts"].values()
+    kernel = next(c for c in host["checks"] if c["id"] == "node.kernel")
+    assert kernel["data"]["release"] == Path("/proc/sys/kernel/osrelease").read_text().strip()
+
+
+def test_whole_run_timeout_reports_unfinished_checks(tmp_path: Path) -> None:
+    (tmp_path / "slow.py").write_text(
+        "from clustercheck import Host, Result, check, ok\n"
+        "@check(timeout=60)\n"
+        "def sleepy(host: Host) -> Result:\n"
+        "    '''Sleeps through a command.'''\n"
+        "    host.run('sleep', '30', timeout=60)\n"
+        "    return ok('slept')\n"
+    )
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"check_dirs: [{tmp_path}]\nchecks:\n  slow.sleepy:\n  node.kernel:\n")
+    proc = cli("run", "--local", "--profile", str(profile), "--timeout", "1", "-f", "json", timeout=20)
+    assert proc.returncode == 3
+    checks = json.loads(proc.stdout)["hosts"]
+    (host,) = checks.values()
+    assert [c["status"] for c in host["checks"]] == ["error", "error"]
+    assert "--timeout of 1 s expired" in host["checks"][0]["summary"]
+    # the abandoned command was killed with the run, not left behind
+    assert subprocess.run(["pgrep", "-f", "^sleep 30$"], capture_output=True).returncode == 1
