@@ -10,8 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
-from tests.helpers import DEMO, REPO, cli
+from tests.helpers import DEMO, cli
 
 SITE = str(DEMO / "site-profile.yaml")
 

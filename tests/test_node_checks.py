@@ -1,0 +1,158 @@
+"""node.* checks: pure parsers on real file formats, and verdicts over edited copies of a recorded node."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+from clustercheck.checks.node import (
+    format_cpu_list,
+    parse_cpu_list,
+    parse_meminfo,
+    parse_modules,
+    parse_mounts,
+    parse_ps,
+    parse_taint,
+    process_names,
+    release_key,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.helpers import DEMO, cli
+
+GPU001 = DEMO / "gpu001"
+
+
+def test_parse_taint() -> None:
+    assert parse_taint("0\n") == []
+    assert [t[0] for t in parse_taint("4097")] == ["P", "O"]
+    assert [t[0] for t in parse_taint("4225")] == ["P", "D", "O"]
+
+
+def test_release_key_orders_numerically() -> None:
+    assert release_key("5.15.0-91-generic") < release_key("5.15.0-101-generic")
+    assert release_key("5.14.0-362.8.1.el9_3.x86_64") >= release_key("5.14")
+    assert release_key("6.8.0-1015-nvidia+") == (6, 8, 0, 1015)
+
+
+def test_parse_meminfo_recorded() -> None:
+    info = parse_meminfo((GPU001 / "files/proc/meminfo").read_text())
+    assert info["MemTotal"] == 24684096 * 1024
+    assert "HugePages_Total" in info  # a count, not kB
+    assert info["HugePages_Total"] == 0
+
+
+def test_cpu_lists_round_trip() -> None:
+    assert parse_cpu_list("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert format_cpu_list({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11"
+    assert parse_cpu_list("\n") == set()
+
+
+@given(st.sets(st.integers(min_value=0, max_value=4096), max_size=200))
+@settings(max_examples=200, deadline=None)
+def test_cpu_list_property(cpus: set[int]) -> None:
+    assert parse_cpu_list(format_cpu_list(cpus)) == cpus
+
+
+def test_parse_mounts_unescapes_and_keeps_options() -> None:
+    mounts = parse_mounts((GPU001 / "files/proc/mounts").read_text() + "srv:/a\\040b /mnt/a\\040b nfs ro,hard 0 0\n")
+    assert mounts["/scratch"]["type"] == "nfs4"
+    assert "rsize=1048576" in mounts["/scratch"]["options"]  # type: ignore[operator]
+    assert mounts["/mnt/a b"]["source"] == "srv:/a b"
+
+
+def test_process_names_cover_truncated_comm_and_retitled_daemons() -> None:
+    procs = parse_ps((GPU001 / "commands/ps_-e_-ww_-o_comm_-o_args/stdout").read_text())
+    names = set().union(*(process_names(c, a) for c, a in procs))
+    assert {"sshd", "nvidia-persistenced", "nvidia-persiste", "slurmd", "munged"} <= names
+    assert process_names("sshd", "sshd: /usr/sbin/sshd -D [listener] 0 of 10-100 startups") == {"sshd"}
+
+
+def test_parse_modules() -> None:
+    mods = parse_modules((GPU001 / "files/proc/modules").read_text())
+    assert {"nvidia", "nvidia_uvm", "nvidia_peermem", "mlx5_core"} <= mods
+
+
+@given(st.text(max_size=400))
+@settings(max_examples=300, deadline=None)
+def test_parsers_take_garbage_without_crashing(text: str) -> None:
+    parse_meminfo(text)
+    parse_mounts(text)
+    parse_ps(text)
+    parse_modules(text)
+
+
+# -- verdicts over edited copies of the recorded healthy node ------------------------------------
+
+
+def variant(tmp_path: Path, edits: dict[str, str]) -> Path:
+    fixture = tmp_path / "node"
+    shutil.copytree(GPU001, fixture)
+    for rel, text in edits.items():
+        (fixture / rel).write_text(text)
+    return fixture
+
+
+def run_one(fixture: Path, check_id: str, params: dict[str, object]) -> dict[str, object]:
+    profile = fixture.parent / "profile.yaml"
+    profile.write_text(yaml.safe_dump({"checks": {check_id: params}}))
+    proc = cli("run", "--replay", str(fixture), "--profile", str(profile), "--format", "json")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (check,) = json.loads(proc.stdout)["hosts"]["gpu001"]["checks"]
+    return check  # type: ignore[no-any-return]
+
+
+def test_mounts_read_only_and_wrong_type(tmp_path: Path) -> None:
+    mounts = (GPU001 / "files/proc/mounts").read_text().replace("/scratch nfs4 rw,", "/scratch nfs4 ro,")
+    fixture = variant(tmp_path, {"files/proc/mounts": mounts})
+    check = run_one(fixture, "node.mounts", {"paths": ["/scratch"], "types": ["lustre"]})
+    assert check["status"] == "fail"
+    assert check["summary"] == "/scratch is nfs4, expected lustre; /scratch is mounted read-only, expected read-write"
+    assert run_one(fixture, "node.mounts", {"paths": ["/scratch"], "rw": False})["status"] == "ok"
+
+
+def test_mounts_missing(tmp_path: Path) -> None:
+    check = run_one(variant(tmp_path, {}), "node.mounts", {"paths": ["/lustre"]})
+    assert (check["status"], check["summary"]) == ("fail", "/lustre is not mounted")
+
+
+def test_kernel_allowed_and_minimum(tmp_path: Path) -> None:
+    fixture = variant(tmp_path, {})
+    assert run_one(fixture, "node.kernel", {"allowed": ["5.15.0-*-generic"]})["status"] == "ok"
+    check = run_one(fixture, "node.kernel", {"allowed": ["6.8.0-*"]})
+    assert check["summary"] == "kernel 5.15.0-91-generic, expected one of 6.8.0-*"
+    check = run_one(fixture, "node.kernel", {"min_release": "5.15.0-101"})
+    assert (check["status"], check["summary"]) == (
+        "fail",
+        "kernel 5.15.0-91-generic is older than the minimum 5.15.0-101",
+    )
+
+
+def test_cpu_count_and_governor(tmp_path: Path) -> None:
+    fixture = variant(tmp_path, {})
+    check = run_one(fixture, "node.cpu", {"expected": 224})
+    assert (check["status"], check["summary"]) == ("fail", "2 CPUs online, expected 224")
+    # the governor needs a recording of the grep over cpufreq: replay says what to re-record
+    check = run_one(fixture, "node.cpu", {"governor": "performance"})
+    assert check["status"] == "error"
+    assert "no recording of `sh -c 'grep -H . /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor'`" in str(
+        check["summary"]
+    )
+
+
+def test_services_units_through_systemctl(tmp_path: Path) -> None:
+    fixture = variant(tmp_path, {})
+    cmd = fixture / "commands" / "systemctl_is-active"
+    cmd.mkdir()
+    argv = ["systemctl", "is-active", "nvidia-persistenced", "nvidia-fabricmanager"]
+    (cmd / "command.yaml").write_text(yaml.safe_dump({"argv": argv, "exit_code": 3, "duration_s": 0.01}))
+    (cmd / "stdout").write_text("active\nfailed\n")
+    check = run_one(fixture, "node.services", {"units": ["nvidia-persistenced", "nvidia-fabricmanager"]})
+    assert (check["status"], check["summary"]) == ("fail", "unit nvidia-fabricmanager is failed")
+
+
+def test_memory_available(tmp_path: Path) -> None:
+    check = run_one(variant(tmp_path, {}), "node.memory", {"min_total": "16GiB", "min_available": "1TiB"})
+    assert (check["status"], check["summary"]) == ("fail", "23.2 GiB of memory available, expected at least 1 TiB")
