@@ -29,7 +29,7 @@ demo: venv
 system-deps:
 	@if ! test -x /usr/sbin/sshd; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; \
 	  else echo "make test needs /usr/sbin/sshd: install openssh-server (e.g. sudo apt-get install openssh-server)"; exit 1; fi; \
 	fi
 

@@ -137,7 +137,7 @@ def _transports(
 
 def _recorded_profile(transports: list[Any]) -> str:
     """The profile the replayed fixtures were recorded for (a path is relative to its fixture)."""
-    refs = set()
+    refs: set[str | None] = set()
     for t in transports:
         fixture = getattr(t, "fixture", None)
         if fixture is None or fixture.profile is None:

@@ -61,7 +61,9 @@ class LocalTransport:
             return CommandResult(argv, None, _text(out), _text(err), time.monotonic() - start, timed_out=True)
         finally:
             self._running.discard(proc)
-        return CommandResult(argv, proc.returncode, _text(out), _text(err), time.monotonic() - start)
+        # a signal death is 128+N, as a shell (and so the SSH transport) reports it, not Popen's -N
+        code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        return CommandResult(argv, code, _text(out), _text(err), time.monotonic() - start)
 
     def read(self, path: str, *, timeout: float) -> str:
         if path.startswith(_SAFE_PREFIXES):

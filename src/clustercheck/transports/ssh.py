@@ -1,0 +1,901 @@
+"""Nodes over SSH (paramiko): one connection per host, one channel per command.
+
+How a command runs. The remote login shell is handed::
+
+    exec /bin/sh -c 'echo NONCE:$$; LC_ALL=C; export LC_ALL;
+                     if command -v timeout ...; then timeout -s KILL LIMIT "$@"; else "$@"; fi; exit $?' sh ARGV...
+
+sshd starts every session in a new session (setsid), so `$$` is the session id of
+everything the command starts. The first stdout line tells it to us (it is stripped,
+with anything a noisy rc file printed before it). On timeout a second channel runs
+`pkill -KILL -s SID; kill -KILL -- -SID`, which kills the command, its children and any
+process group they made. If the connection is gone by then, `timeout -s KILL` (coreutils,
+when the node has it) is the backstop: it kills the command a couple of seconds after
+the deadline. The `sh` stays the parent, so a command killed by a signal exits 128+N as
+in a shell, and a command that is not found exits 127.
+
+Files are read with `cat` through the same path (a hung NFS read times out like any
+command). Host keys are checked against known_hosts as OpenSSH does; `~/.ssh/config`
+(or the file given as with `ssh -F`, plus `/etc/ssh/ssh_config` when none is given) is
+honoured for HostName, User, Port, IdentityFile, IdentitiesOnly, UserKnownHostsFile,
+GlobalKnownHostsFile, HostKeyAlias, HashKnownHosts, ProxyJump, ProxyCommand,
+ServerAliveInterval, StrictHostKeyChecking=accept-new, and Include.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import errno
+import fcntl
+import getpass
+import glob
+import hashlib
+import hmac
+import ipaddress
+import logging
+import math
+import os
+import re
+import secrets
+import select
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import paramiko
+
+from clustercheck.errors import CommandTimeout, HostError, Unreachable
+from clustercheck.host import CommandResult, get_probe
+
+# paramiko logs tracebacks at ERROR level from its transport thread (e.g. "Exception
+# (client): Error reading SSH protocol banner"). With no handler configured anywhere,
+# Python's last-resort handler would print them on stderr; our errors say it better.
+_PARAMIKO_LOG = logging.getLogger("paramiko")
+_PARAMIKO_LOG.addHandler(logging.NullHandler())
+if _PARAMIKO_LOG.level == logging.NOTSET:
+    _PARAMIKO_LOG.setLevel(logging.CRITICAL)
+
+_DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
+_DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
+_SYSTEM_CONFIG = "/etc/ssh/ssh_config"
+_WINDOW = 8 * 1024 * 1024  # per channel; paramiko's 2 MiB default slows big outputs
+_CHUNK = 1024 * 1024
+_HEAD_LIMIT = 64 * 1024  # look this far into stdout for the wrapper's first line
+_KILL_BUDGET_S = 0.8  # time spent killing a timed-out command, after its deadline
+_EOF_GRACE_S = 1.0  # after the exit status, wait this long without output for EOF
+_STATUS_POLL_S = 0.25  # how often to look for an exit status while output is still open
+_BACKSTOP_S = 2  # the remote `timeout` fires this long after the client's deadline
+_KNOWN_HOSTS_LOCK = threading.Lock()
+_INCLUDE_RE = re.compile(r"^\s*include(?:\s*=\s*|\s+)(.+)$", re.IGNORECASE)
+
+_SCRIPT = (
+    'echo "{nonce}:$$"; LC_ALL=C; export LC_ALL; '
+    'command -v "$1" >/dev/null 2>&1 || {{ echo "$1: command not found" >&2; exit 127; }}; '
+    "if command -v timeout >/dev/null 2>&1; "
+    'then timeout -s KILL {limit} "$@"; else "$@"; fi; exit $?'
+)
+_KILL = "pkill -KILL -s {sid} 2>/dev/null; kill -KILL -- -{sid} 2>/dev/null; kill -KILL {sid} 2>/dev/null; exit 0"
+
+
+@dataclass
+class _Target:
+    """Where and how to connect to one host (target or jump host), after the ssh config."""
+
+    name: str  # as typed
+    hostname: str
+    port: int
+    user: str
+    identity_files: list[str]
+    identity_explicit: bool  # given on the command line: a missing file is an error
+    identities_only: bool
+    known_hosts: list[str]  # UserKnownHostsFile: checked, and the first one gets new keys
+    global_known_hosts: list[str]
+    host_key_alias: str | None
+    hash_known_hosts: bool
+    accept_new: bool
+    proxy_jump: str | None
+    proxy_command: str | None
+    keepalive_s: float
+    jumps: list[_Target] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return f"{self.hostname}:{self.port}"
+
+    @property
+    def key_name(self) -> str:
+        """The name of this host in known_hosts, as OpenSSH writes it."""
+        if self.host_key_alias:
+            return self.host_key_alias
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+    def label(self) -> str:
+        """`name (hostname:port)`, or `hostname:port` when the name is the hostname."""
+        return self.address if self.name == self.hostname else f"{self.name} ({self.address})"
+
+
+class _Connection:
+    """An authenticated paramiko transport, and the jump hosts' transports under it."""
+
+    def __init__(self, transport: paramiko.Transport, under: list[paramiko.Transport]) -> None:
+        self.transport = transport
+        self.under = under
+
+    def alive(self) -> bool:
+        return self.transport.is_active()
+
+    def close(self) -> None:
+        for t in [self.transport, *reversed(self.under)]:
+            with contextlib.suppress(Exception):
+                t.close()
+
+
+class SSHTransport:
+    """Run commands on, and read files of, one host over SSH. Connects on first use."""
+
+    kind = "ssh"
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        ssh_config: str | None = None,
+        user: str | None = None,
+        identity: list[str] | None = None,
+        port: int | None = None,
+        accept_new_host_keys: bool = False,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.host = host
+        self.ssh_config = ssh_config
+        self.user = user
+        self.identity = list(identity) if identity else None
+        self.port = port
+        self.accept_new_host_keys = accept_new_host_keys
+        self.connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._conn: _Connection | None = None
+        self._target: _Target | None = None
+
+    def __repr__(self) -> str:
+        return f"SSHTransport({self.host!r})"
+
+    # -- the Transport protocol ---------------------------------------------------------
+    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        argv = tuple(argv)
+        if not argv:
+            raise ValueError("run() needs a command")
+        conn = self._connection()
+        start = time.monotonic()
+        deadline = start + max(timeout, 0.0)
+        nonce = secrets.token_hex(8)
+        script = _SCRIPT.format(nonce=nonce, limit=math.ceil(max(timeout, 0.0)) + _BACKSTOP_S)
+        command = f"exec /bin/sh -c {shlex.quote(script)} sh {shlex.join(argv)}"
+        chan = self._open_channel(conn, deadline, argv)
+        try:
+            self._exec(conn, chan, command, deadline, argv)
+            out, err, sid, status, finished = _collect(chan, nonce.encode(), deadline)
+        except HostError:
+            raise
+        except Exception as exc:  # paramiko or socket trouble while reading: the connection is suspect
+            self._drop(conn)
+            raise Unreachable(
+                self.host, f"SSH connection to {self._label()} failed during `{shlex.join(argv)}`: {_describe(exc)}"
+            ) from exc
+        finally:
+            chan.close()
+        if not finished:
+            self._kill(conn, sid)
+        duration = time.monotonic() - start
+        if status is None and finished:
+            # The channel closed without an exit status: either the connection broke, or the
+            # shell itself was killed (sshd then sends exit-signal, which paramiko drops).
+            if not conn.alive():
+                self._drop(conn)
+                what = f"lost the SSH connection to {self._label()} while running `{shlex.join(argv)}`"
+                raise Unreachable(self.host, what)
+            status = 255  # what ssh(1) reports for a remote command killed by a signal
+        if not finished and status is None:
+            return CommandResult(argv, None, _text(out), _text(err), duration, timed_out=True)
+        return CommandResult(argv, status, _text(out), _text(err), duration)
+
+    def read(self, path: str, *, timeout: float) -> str:
+        result = self.run(["cat", "--", path], timeout=timeout)
+        if result.timed_out:
+            raise CommandTimeout(self.host, f"reading {path} did not finish within {timeout:g} s (a hung filesystem?)")
+        if result.exit_code == 0:
+            return result.stdout
+        detail = next((line.strip() for line in result.stderr.splitlines() if line.strip()), "")
+        if "No such file or directory" in detail or "Not a directory" in detail:
+            raise FileNotFoundError(errno.ENOENT, f"No such file or directory on {self.host}", path)
+        if result.exit_code == 127:
+            detail = f"`cat` is not available on the node ({detail or 'exit 127'})"
+        # strip "cat: PATH: " so the message reads "cannot read PATH: Permission denied"
+        detail = detail.removeprefix("cat: ").removeprefix(f"{path}: ")
+        raise HostError(self.host, f"cannot read {path}: {detail or f'cat exited {result.exit_code}'}")
+
+    def probe(self, name: str, *, timeout: float) -> Any:
+        return get_probe(name).remote(self, timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # -- connection ---------------------------------------------------------------------
+    def _connection(self) -> _Connection:
+        with self._lock:
+            if self._conn is not None and self._conn.alive():
+                return self._conn
+            if self._conn is not None:  # died since the last call: try once more, afresh
+                self._conn.close()
+                self._conn = None
+            if self._target is None:
+                self._target = self._resolve()
+            try:
+                self._conn = _connect(self._target, self.connect_timeout)
+            except HostError:
+                raise
+            except Exception as exc:  # never a paramiko traceback: say what broke, in one line
+                raise Unreachable(self.host, f"cannot connect to {self._label()}: {_describe(exc)}") from exc
+            return self._conn
+
+    def _drop(self, conn: _Connection) -> None:
+        with self._lock:
+            if self._conn is conn:
+                self._conn = None
+        conn.close()
+
+    def _label(self) -> str:
+        return self._target.label() if self._target else self.host
+
+    def _resolve(self) -> _Target:
+        try:
+            config = _load_config(self.ssh_config)
+            target = _target(config, self.host, self.user, self.port, self.identity, self.accept_new_host_keys)
+            if target.proxy_jump:
+                target.jumps = _jumps(config, target.proxy_jump, self.accept_new_host_keys)
+        except HostError:
+            raise
+        except Exception as exc:
+            where = self.ssh_config or "~/.ssh/config"
+            raise Unreachable(self.host, f"cannot use the ssh config ({where}) for {self.host}: {exc}") from exc
+        return target
+
+    # -- channels -------------------------------------------------------------------------
+    def _open_channel(self, conn: _Connection, deadline: float, argv: tuple[str, ...]) -> paramiko.Channel:
+        budget = max(deadline - time.monotonic(), 0.5)
+        try:
+            return conn.transport.open_session(window_size=_WINDOW, timeout=budget)
+        except paramiko.ChannelException as exc:
+            raise HostError(
+                self.host,
+                f"{self._label()} refused a new SSH session for `{shlex.join(argv)}` ({exc.text}); "
+                "too many commands at once on it (sshd MaxSessions)?",
+            ) from exc
+        except Exception as exc:
+            self._drop(conn)
+            if "Timeout opening channel" in str(exc):
+                why = f"no answer within {budget:.1f} s; the host stopped answering"
+            else:
+                why = str(exc) or type(exc).__name__
+            raise Unreachable(self.host, f"SSH connection to {self._label()} is broken ({why}); dropped it") from exc
+
+    def _exec(
+        self, conn: _Connection, chan: paramiko.Channel, command: str, deadline: float, argv: tuple[str, ...]
+    ) -> None:
+        # exec_command() waits for the server's reply with no timeout: if the host dies
+        # right now it would wait forever. Closing the channel wakes it up.
+        watchdog = threading.Timer(max(deadline - time.monotonic(), 0.5), chan.close)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            chan.exec_command(command)
+            chan.shutdown_write()  # stdin: EOF at once, as with </dev/null
+        except Exception as exc:
+            if not conn.alive() or watchdog.finished.is_set():
+                self._drop(conn)
+                raise Unreachable(
+                    self.host, f"SSH connection to {self._label()} broke starting `{shlex.join(argv)}`; dropped it"
+                ) from exc
+            raise HostError(self.host, f"{self._label()} refused to run `{shlex.join(argv)}`: {exc}") from exc
+        finally:
+            watchdog.cancel()
+
+    def _kill(self, conn: _Connection, sid: int | None) -> None:
+        """Kill the session of a timed-out command; drop the connection if it does not answer."""
+        if sid is None:
+            return  # it never started as far as we know; the remote `timeout` backstop remains
+        end = time.monotonic() + _KILL_BUDGET_S
+        try:
+            chan = conn.transport.open_session(timeout=_KILL_BUDGET_S)
+        except paramiko.ChannelException:
+            return
+        except Exception:
+            self._drop(conn)  # no answer: the next call reconnects (and says why it cannot)
+            return
+        try:
+            watchdog = threading.Timer(_KILL_BUDGET_S, chan.close)
+            watchdog.daemon = True
+            watchdog.start()
+            try:
+                chan.exec_command(_KILL.format(sid=sid))
+                chan.shutdown_write()
+                chan.status_event.wait(max(end - time.monotonic(), 0.0))
+            finally:
+                watchdog.cancel()
+            if not chan.status_event.is_set() and not conn.alive():
+                self._drop(conn)
+        except Exception:
+            if not conn.alive():
+                self._drop(conn)
+        finally:
+            chan.close()
+
+
+def _collect(
+    chan: paramiko.Channel, marker: bytes, deadline: float
+) -> tuple[bytes, bytes, int | None, int | None, bool]:
+    """Read stdout and stderr together until EOF and exit status, or the deadline.
+
+    Returns (stdout, stderr, session id, exit status, finished). `finished` is False when
+    the deadline came first; the exit status is None when none came.
+    """
+    out = bytearray()
+    err = bytearray()
+    head: bytearray | None = bytearray()  # stdout until the marker line; None once found
+    sid: int | None = None
+    poller = select.poll()  # not select(): a big fleet can hold fds above FD_SETSIZE
+    poller.register(chan.fileno(), select.POLLIN)  # one pipe: data on either stream, or EOF
+    quiet_since: float | None = None
+    while True:
+        got = False
+        while chan.recv_ready():
+            data = chan.recv(_CHUNK)
+            got = True
+            if head is None:
+                out += data
+                continue
+            head += data
+            at = head.find(marker + b":")
+            if at >= 0:
+                nl = head.find(b"\n", at)
+                if nl >= 0:
+                    with contextlib.suppress(ValueError):
+                        sid = int(head[at + len(marker) + 1 : nl])
+                    out += head[nl + 1 :]
+                    head = None
+            elif len(head) > _HEAD_LIMIT:  # no marker in sight: not our wrapper's output; stop looking
+                out += head
+                head = None
+        while chan.recv_stderr_ready():
+            err += chan.recv_stderr(_CHUNK)
+            got = True
+        now = time.monotonic()
+        if chan.eof_received or chan.closed:
+            if chan.recv_ready() or chan.recv_stderr_ready():
+                continue
+            if head:
+                out[:0] = head  # no marker: the login shell did not run our wrapper; keep all
+            chan.status_event.wait(max(deadline - time.monotonic(), 0.0))
+            if chan.status_event.is_set():
+                status = chan.exit_status if chan.exit_status != -1 else None
+                return bytes(out), bytes(err), sid, status, True
+            return bytes(out), bytes(err), sid, None, False
+        if chan.status_event.is_set() and chan.exit_status != -1:
+            # It exited, but something it left behind still holds stdout or stderr open.
+            if got or quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= _EOF_GRACE_S or now >= deadline:
+                if head:
+                    out[:0] = head
+                return bytes(out), bytes(err), sid, chan.exit_status, False
+        elif now >= deadline:
+            if head:
+                out[:0] = head
+            return bytes(out), bytes(err), sid, None, False
+        wait = min(deadline - now, _STATUS_POLL_S)  # an exit status alone does not wake poll()
+        if quiet_since is not None:
+            wait = min(wait, _EOF_GRACE_S - (now - quiet_since))
+        poller.poll(max(math.ceil(wait * 1000), 0))
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+# -- ssh config -----------------------------------------------------------------------------
+def _load_config(path: str | None) -> paramiko.SSHConfig:
+    """The user's config (or `path`, as ssh -F) then, without -F, the system-wide one."""
+    if path is not None:
+        text = _config_text(path, os.path.dirname(os.path.abspath(path)), 0)
+    else:
+        user = os.path.expanduser("~/.ssh/config")
+        text = _config_text(user, os.path.expanduser("~/.ssh"), 0) if os.path.isfile(user) else ""
+        if os.path.isfile(_SYSTEM_CONFIG):
+            with contextlib.suppress(OSError):
+                # "Host *" ends any block the user file left open; first value wins, as in ssh
+                text += "\nHost *\n" + _config_text(_SYSTEM_CONFIG, "/etc/ssh", 0)
+    return paramiko.SSHConfig.from_text(text)
+
+
+def _config_text(path: str, base: str, depth: int) -> str:
+    """The file's text with `Include` lines replaced by the files they name (paramiko lacks Include)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.read().splitlines()
+    if depth > 16:
+        raise ValueError(f"{path}: too many nested Include")
+    out: list[str] = []
+    for line in lines:
+        m = _INCLUDE_RE.match(line)
+        if not m:
+            out.append(line)
+            continue
+        for pattern in shlex.split(m.group(1), comments=True):
+            pattern = os.path.expanduser(pattern)
+            if not os.path.isabs(pattern):
+                pattern = os.path.join(base, pattern)
+            for included in sorted(glob.glob(pattern)):
+                if os.path.isfile(included):
+                    out.append(_config_text(included, base, depth + 1))
+    return "\n".join(out) + "\n"
+
+
+def _target(
+    config: paramiko.SSHConfig,
+    name: str,
+    user: str | None,
+    port: int | None,
+    identity: list[str] | None,
+    accept_new: bool,
+) -> _Target:
+    opts = config.lookup(name)
+    hostname = str(opts.get("hostname", name))
+    the_user = user or opts.get("user") or getpass.getuser()
+    the_port = port or int(opts.get("port", 22))
+    home = os.path.expanduser("~")
+
+    def expand(p: str) -> str:
+        p = p.replace("%d", home).replace("%u", getpass.getuser()).replace("%r", the_user)
+        p = p.replace("%h", hostname).replace("%n", name).replace("%p", str(the_port)).replace("%%", "%")
+        return os.path.expanduser(p)
+
+    def paths(key: str, default: Sequence[str]) -> list[str]:
+        value = opts.get(key)
+        if value is None:
+            return [os.path.expanduser(p) for p in default]
+        if str(value).lower() == "none":
+            return []
+        return [expand(p) for p in shlex.split(str(value))]
+
+    if identity:
+        identity_files = [os.path.expanduser(p) for p in identity]
+    else:
+        identity_files = [os.path.expanduser(p) for p in opts.get("identityfile", []) if p.lower() != "none"]
+    proxy_command = opts.get("proxycommand")
+    proxy_jump = opts.get("proxyjump")
+    return _Target(
+        name=name,
+        hostname=hostname,
+        port=the_port,
+        user=the_user,
+        identity_files=identity_files,
+        identity_explicit=bool(identity),
+        identities_only=str(opts.get("identitiesonly", "no")).lower() == "yes",
+        known_hosts=paths("userknownhostsfile", _DEFAULT_KNOWN_HOSTS),
+        global_known_hosts=paths("globalknownhostsfile", _DEFAULT_GLOBAL_KNOWN_HOSTS),
+        host_key_alias=opts.get("hostkeyalias"),
+        hash_known_hosts=str(opts.get("hashknownhosts", "no")).lower() == "yes",
+        accept_new=accept_new or str(opts.get("stricthostkeychecking", "")).lower() == "accept-new",
+        proxy_jump=None if proxy_jump is None or proxy_jump.lower() == "none" else proxy_jump,
+        proxy_command=None if proxy_command is None or proxy_command.lower() == "none" else proxy_command,
+        keepalive_s=float(opts.get("serveraliveinterval", 0) or 0) or 30.0,
+    )
+
+
+def _jumps(config: paramiko.SSHConfig, spec: str, accept_new: bool, depth: int = 0) -> list[_Target]:
+    """The jump hosts of a ProxyJump value, in order; the first one's own ProxyJump comes first."""
+    if depth > 8:
+        raise ValueError("ProxyJump loops")
+    hops: list[_Target] = []
+    for i, item in enumerate(spec.split(",")):
+        item = item.strip().removeprefix("ssh://")
+        user, _, rest = item.rpartition("@")
+        host, port = rest, None
+        m = re.fullmatch(r"\[(.+)\](?::(\d+))?|([^:]+)(?::(\d+))?", rest)
+        if m:
+            host = m.group(1) or m.group(3)
+            port = int(m.group(2) or m.group(4)) if (m.group(2) or m.group(4)) else None
+        hop = _target(config, host, user or None, port, None, accept_new)
+        hop.proxy_command = None
+        if i == 0 and hop.proxy_jump:
+            hops.extend(_jumps(config, hop.proxy_jump, accept_new, depth + 1))
+        hops.append(hop)
+    return hops
+
+
+# -- connecting -----------------------------------------------------------------------------
+def _connect(target: _Target, timeout: float) -> _Connection:
+    under: list[paramiko.Transport] = []
+    try:
+        via: paramiko.Transport | None = None
+        for hop in target.jumps:
+            via = _handshake(hop, via, timeout, target)
+            under.append(via)
+        return _Connection(_handshake(target, via, timeout, target), under)
+    except BaseException:
+        for t in reversed(under):
+            with contextlib.suppress(Exception):
+                t.close()
+        raise
+
+
+def _handshake(t: _Target, via: paramiko.Transport | None, timeout: float, final: _Target) -> paramiko.Transport:
+    """Connect, check the host key, authenticate: an active transport, or Unreachable."""
+    host = final.name
+    through = "" if t is final else f" (jump host for {final.name})"
+    sock = _socket(t, via, timeout, host, through)
+    transport: paramiko.Transport | None = None
+    try:
+        transport = paramiko.Transport(sock, default_window_size=_WINDOW)
+        transport.banner_timeout = timeout
+        transport.auth_timeout = timeout
+        known = _KnownHosts(t.known_hosts + t.global_known_hosts)
+        _prefer_known_key_types(transport, known.key_types(t.key_name))
+        try:
+            transport.start_client(timeout=timeout)
+        except Exception as exc:
+            raise Unreachable(host, _handshake_failure(t, exc, timeout) + through) from exc
+        try:  # start_client() returns quietly when its timeout expires mid-handshake
+            server_key = transport.get_remote_server_key()
+        except paramiko.SSHException as exc:
+            raise Unreachable(
+                host, f"{t.label()}{through} did not complete the SSH handshake within {timeout:g} s"
+            ) from exc
+        _check_host_key(t, server_key, known, host, through)
+        _authenticate(t, transport, host, through)
+        transport.set_keepalive(int(t.keepalive_s))
+        return transport
+    except BaseException:
+        if transport is not None:
+            transport.close()
+        with contextlib.suppress(Exception):
+            sock.close()
+        raise
+
+
+def _socket(t: _Target, via: paramiko.Transport | None, timeout: float, host: str, through: str) -> Any:
+    if via is not None:
+        try:
+            return via.open_channel("direct-tcpip", (t.hostname, t.port), ("127.0.0.1", 0), timeout=timeout)
+        except paramiko.ChannelException as exc:
+            raise Unreachable(
+                host, f"the jump host could not connect to {t.label()}{through}: {exc.text}; check HostName and Port"
+            ) from exc
+        except Exception as exc:
+            raise Unreachable(host, f"the jump host did not open a tunnel to {t.label()}{through}: {exc}") from exc
+    if t.proxy_command:
+        try:
+            return paramiko.ProxyCommand(t.proxy_command)
+        except Exception as exc:
+            raise Unreachable(host, f"ProxyCommand for {t.label()} failed to start: {exc}") from exc
+    try:
+        return _tcp_connect(t.hostname, t.port, timeout)
+    except socket.gaierror as exc:
+        raise Unreachable(
+            host,
+            f"cannot resolve the host name {t.hostname!r}{through} ({exc.strerror}); check the name or its HostName",
+        ) from exc
+    except ConnectionRefusedError as exc:
+        raise Unreachable(
+            host, f"connection refused by {t.label()}{through}: is sshd running there, on port {t.port}?"
+        ) from exc
+    except TimeoutError as exc:
+        raise Unreachable(
+            host, f"no answer from {t.label()}{through} within {timeout:g} s: host down, or a firewall drops SSH?"
+        ) from exc
+    except OSError as exc:
+        raise Unreachable(host, f"cannot connect to {t.label()}{through}: {exc.strerror or exc}") from exc
+
+
+def _tcp_connect(hostname: str, port: int, timeout: float) -> socket.socket:
+    """socket.create_connection(), with the name lookup bounded by the timeout too."""
+    end = time.monotonic() + timeout
+    try:
+        ipaddress.ip_address(hostname)
+        infos = socket.getaddrinfo(hostname, port, type=socket.SOCK_STREAM)
+    except ValueError:
+        box: dict[str, Any] = {}
+
+        def lookup() -> None:
+            try:
+                box["infos"] = socket.getaddrinfo(hostname, port, type=socket.SOCK_STREAM)
+            except BaseException as exc:
+                box["error"] = exc
+
+        thread = threading.Thread(target=lookup, name=f"resolve {hostname}", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            raise socket.gaierror(errno.ETIMEDOUT, f"no answer from DNS within {timeout:g} s") from None
+        if "error" in box:
+            raise box["error"] from None
+        infos = box["infos"]
+    error: OSError = OSError(f"no address for {hostname}")
+    for family, kind, proto, _, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(max(end - time.monotonic(), 0.01))
+            sock.connect(addr)
+            sock.settimeout(None)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    raise error
+
+
+def _handshake_failure(t: _Target, exc: BaseException, timeout: float) -> str:
+    text = str(exc) or type(exc).__name__
+    if "banner" in text.lower() or isinstance(exc, EOFError):
+        return (
+            f"{t.label()} did not answer as an SSH server within {timeout:g} s ({text}): "
+            "wrong port, or sshd overloaded (MaxStartups)?"
+        )
+    if isinstance(exc, paramiko.ProxyCommandFailure):
+        return f"ProxyCommand for {t.label()} failed: {text}"
+    return f"SSH handshake with {t.label()} failed: {text}"
+
+
+def _prefer_known_key_types(transport: paramiko.Transport, known_types: list[str]) -> None:
+    """Ask the server for a key type we know for it first (as ssh does), so it is comparable."""
+    if not known_types:
+        return
+    options = transport.get_security_options()
+    available = list(options.key_types)
+    wanted: list[str] = []
+    for kt in known_types:
+        for candidate in ["rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"] if kt == "ssh-rsa" else [kt]:
+            if candidate in available and candidate not in wanted:
+                wanted.append(candidate)
+    options.key_types = wanted + [k for k in available if k not in wanted]
+
+
+def _check_host_key(t: _Target, key: paramiko.PKey, known: _KnownHosts, host: str, through: str) -> None:
+    name = t.key_name
+    blob = key.asbytes()
+    offered = f"{key.get_name()} {_fingerprint(key)}"
+    entries = known.lookup(name)
+    for e in entries:
+        if e.revoked and e.blob == blob:
+            raise Unreachable(host, f"the SSH host key of {t.label()}{through} ({offered}) is REVOKED in {e.where}")
+    good = [e for e in entries if not e.revoked]
+    if any(e.blob == blob for e in good):
+        return
+    if good:
+        old = good[0]
+        raise Unreachable(
+            host,
+            f"REFUSED: the SSH host key of {t.label()}{through} has CHANGED: the server offers {offered}, "
+            f"{old.where} has {old.key_type} {old.fingerprint}. It may be a man-in-the-middle attack, or the "
+            f"node was reinstalled. If you trust the new key: `ssh-keygen -R {shlex.quote(name)} -f "
+            f"{shlex.quote(old.path)}`, then re-run with --accept-new-host-keys.",
+        )
+    if not t.accept_new:
+        where = t.known_hosts[0] if t.known_hosts else "~/.ssh/known_hosts"
+        scan = f"ssh-keyscan {'-p ' + str(t.port) + ' ' if t.port != 22 else ''}{t.hostname} >> {where}"
+        raise Unreachable(
+            host,
+            f"unknown SSH host key for {t.label()}{through} ({offered}): not in "
+            f"{', '.join(t.known_hosts + t.global_known_hosts) or 'any known_hosts file'}. "
+            f"Check it, then re-run with --accept-new-host-keys, or add it with `{scan}`.",
+        )
+    if not t.known_hosts:
+        raise Unreachable(host, f"cannot record the host key of {t.label()}: UserKnownHostsFile is none")
+    _record_host_key(t.known_hosts[0], name, key, t.hash_known_hosts)
+
+
+def _record_host_key(path: str, name: str, key: paramiko.PKey, hashed: bool) -> None:
+    stored = paramiko.HostKeys.hash_host(name) if hashed else name
+    line = f"{stored} {key.get_name()} {key.get_base64()}\n"
+    folder = os.path.dirname(path)
+    with _KNOWN_HOSTS_LOCK:
+        if folder:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        with open(path, "a+", encoding="utf-8") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                f.seek(0, os.SEEK_END)
+                if f.tell() > 0:
+                    f.seek(f.tell() - 1)
+                    if f.read(1) != "\n":
+                        line = "\n" + line
+                f.write(line)
+                f.flush()
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _authenticate(t: _Target, transport: paramiko.Transport, host: str, through: str) -> None:
+    tried: list[str] = []
+    allowed: list[str] | None = None
+    for label, key in _keys(t, tried):
+        try:
+            remaining = transport.auth_publickey(t.user, key)
+        except paramiko.BadAuthenticationType as exc:
+            allowed = list(exc.allowed_types)
+            tried.append(f"{label}: server does not take keys")
+            break
+        except paramiko.AuthenticationException as exc:
+            if not transport.is_active() or "timeout" in str(exc).lower():
+                raise Unreachable(
+                    host, f"SSH authentication with {t.label()}{through} got no answer ({_describe(exc)})"
+                ) from exc
+            tried.append(f"{label}: rejected")
+            continue
+        except Exception as exc:
+            raise Unreachable(host, f"SSH authentication with {t.label()}{through} broke off: {exc}") from exc
+        if transport.is_authenticated():
+            return
+        allowed = list(remaining)
+        tried.append(f"{label}: accepted, but the server wants more ({', '.join(remaining)})")
+        break
+    detail = "; ".join(tried) or "no key to try (no IdentityFile, no agent, no ~/.ssh/id_*)"
+    more = f"; the server accepts only: {', '.join(allowed)}" if allowed else ""
+    raise Unreachable(
+        host,
+        f"SSH authentication failed as {t.user}@{t.label()}{through} ({detail}{more}). "
+        "Check the user (--user), the key (--identity, IdentityFile, ssh-agent) and the node's authorized_keys.",
+    )
+
+
+def _keys(t: _Target, tried: list[str]) -> Iterator[tuple[str, paramiko.PKey]]:
+    """Keys to offer, in ssh's order: identity files, then agent keys; else the default id_* files."""
+    files = list(t.identity_files)
+    if not files:
+        files = [os.path.expanduser(f"~/.ssh/id_{kind}") for kind in ("rsa", "ecdsa", "ed25519")]
+    for path in files:
+        if not os.path.exists(path):
+            if t.identity_explicit:
+                tried.append(f"{path}: no such file")
+            continue
+        try:
+            key = paramiko.PKey.from_path(path)
+        except paramiko.PasswordRequiredException:
+            tried.append(f"{path}: encrypted (add it to ssh-agent)")
+            continue
+        except Exception as exc:
+            tried.append(f"{path}: unreadable ({exc})")
+            continue
+        yield path, key
+    if t.identities_only and t.identity_files:
+        return
+    agent: paramiko.Agent | None = None
+    try:
+        agent = paramiko.Agent()
+        for i, key in enumerate(agent.get_keys()):
+            yield f"agent key {i + 1} ({key.get_name()})", key
+    except paramiko.SSHException as exc:
+        tried.append(f"ssh-agent: {exc}")
+    finally:
+        if agent is not None:
+            agent.close()
+
+
+def _fingerprint(key: paramiko.PKey) -> str:
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+
+
+# -- known_hosts --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _KnownKey:
+    patterns: tuple[str, ...]
+    key_type: str
+    blob: bytes
+    revoked: bool
+    path: str
+    lineno: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.lineno}"
+
+    @property
+    def fingerprint(self) -> str:
+        return "SHA256:" + base64.b64encode(hashlib.sha256(self.blob).digest()).decode().rstrip("=")
+
+    def matches(self, name: str) -> bool:
+        hit = False
+        for p in self.patterns:
+            if p.startswith("|1|"):
+                hit = hit or _hashed_match(p, name)
+            elif p.startswith("!"):
+                if _glob_match(p[1:], name):
+                    return False
+            elif _glob_match(p, name):
+                hit = True
+        return hit
+
+
+def _glob_match(pattern: str, name: str) -> bool:
+    """known_hosts patterns: only `*` and `?` are special (not `[`, as in "[host]:port")."""
+    if "*" not in pattern and "?" not in pattern:
+        return pattern.lower() == name.lower()
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, name, re.IGNORECASE) is not None
+
+
+_PARSED: dict[str, tuple[tuple[int, int, int], list[_KnownKey]]] = {}
+
+
+class _KnownHosts:
+    """The keys of several known_hosts files (parsed once per file version, per process)."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.entries: list[_KnownKey] = []
+        for path in paths:
+            self.entries.extend(_parse_known_hosts(path))
+
+    def lookup(self, name: str) -> list[_KnownKey]:
+        return [e for e in self.entries if e.matches(name)]
+
+    def key_types(self, name: str) -> list[str]:
+        types: list[str] = []
+        for e in self.lookup(name):
+            if not e.revoked and e.key_type not in types:
+                types.append(e.key_type)
+        return types
+
+
+def _parse_known_hosts(path: str) -> list[_KnownKey]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+    cached = _PARSED.get(path)
+    if cached and cached[0] == stamp:
+        return cached[1]
+    entries: list[_KnownKey] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    for lineno, line in enumerate(lines, 1):
+        fields = line.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        marker = ""
+        if fields[0].startswith("@"):
+            marker, fields = fields[0], fields[1:]
+        if len(fields) < 3 or marker == "@cert-authority":
+            continue
+        try:
+            blob = base64.b64decode(fields[2], validate=True)
+        except ValueError:
+            continue
+        entries.append(_KnownKey(tuple(fields[0].split(",")), fields[1], blob, marker == "@revoked", path, lineno))
+    _PARSED[path] = (stamp, entries)
+    return entries
+
+
+def _hashed_match(pattern: str, name: str) -> bool:
+    try:
+        _, _, salt64, hash64 = pattern.split("|", 3)
+        salt = base64.b64decode(salt64)
+        want = base64.b64decode(hash64)
+    except ValueError:
+        return False
+    return hmac.compare_digest(hmac.new(salt, name.encode(), hashlib.sha1).digest(), want)

@@ -1,0 +1,173 @@
+"""A real OpenSSH server on 127.0.0.1 for the SSH transport's tests.
+
+`sshd` (session-scoped pytest fixture) starts `/usr/sbin/sshd -D` (Debian's
+openssh-server) with its own config, a throwaway ed25519 host key, client keys and
+authorized_keys in a temporary folder, on a free port, and stops it by its PID. It
+fails loudly when sshd cannot be started: CI installs openssh-server.
+
+Use it from tests/conftest.py with::
+
+    from tests.sshd import sshd  # noqa: F401
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SSHD = "/usr/sbin/sshd"
+ALIAS = "testnode"
+
+
+@dataclass(frozen=True)
+class SSHServer:
+    """What a test needs to reach the server; every path is in `folder`."""
+
+    folder: Path
+    host: str  # 127.0.0.1
+    port: int
+    user: str
+    pid: int
+    client_key: Path  # authorized
+    wrong_key: Path  # not authorized
+    host_key_line: str  # "ssh-ed25519 AAAA..." (the public host key)
+    known_hosts: Path  # holds "[127.0.0.1]:PORT <host key>"
+    ssh_config: Path  # "Host testnode" -> HostName, Port, User, IdentityFile, UserKnownHostsFile
+    alias: str
+    log: Path  # sshd's log (LogLevel VERBOSE)
+
+    def accepted_logins(self) -> int:
+        """How many logins sshd accepted so far (one per SSH connection)."""
+        return len(re.findall(r"Accepted publickey for ", self.log.read_text(errors="replace")))
+
+    def known_hosts_line(self, port: int | None = None) -> str:
+        return f"[{self.host}]:{port or self.port} {self.host_key_line}\n"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", path.name, "-f", str(path)], check=True)
+
+
+def start_sshd(folder: Path) -> tuple[SSHServer, subprocess.Popen[bytes]]:
+    if not os.path.exists(SSHD):
+        pytest.fail(f"{SSHD} is missing: install Debian's openssh-server (apt-get install -y openssh-server)")
+    if not shutil.which("ssh-keygen"):
+        pytest.fail("ssh-keygen is missing: install Debian's openssh-client")
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # Debian's sshd wants its privsep folder
+    folder.mkdir(parents=True, exist_ok=True)
+    home = folder / "home"  # the sessions' HOME: no rc files to slow logins down
+    home.mkdir(exist_ok=True)
+    for name in ("host_ed25519", "client_ed25519", "wrong_ed25519"):
+        _keygen(folder / name)
+    (folder / "authorized_keys").write_text((folder / "client_ed25519.pub").read_text())
+    host_key_line = " ".join((folder / "host_ed25519.pub").read_text().split()[:2])
+    port = free_port()
+    user = getpass.getuser()
+    config = folder / "sshd_config"
+    config.write_text(
+        f"""Port {port}
+ListenAddress 127.0.0.1
+HostKey {folder}/host_ed25519
+PidFile {folder}/sshd.pid
+AuthorizedKeysFile {folder}/authorized_keys
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+SetEnv HOME={home}
+LogLevel VERBOSE
+MaxStartups 100:30:200
+Subsystem sftp internal-sftp
+"""
+    )
+    log = folder / "sshd.log"
+    check = subprocess.run([SSHD, "-t", "-f", str(config)], capture_output=True, text=True)
+    if check.returncode != 0:
+        pytest.fail(f"sshd rejects its test config {config}: {check.stderr.strip()}")
+    proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)], stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while True:
+        if proc.poll() is not None:
+            text = log.read_text(errors="replace") if log.exists() else ""
+            pytest.fail(f"sshd exited with {proc.returncode} at start-up; its log:\n{text}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.settimeout(2)
+                if s.recv(64).startswith(b"SSH-"):
+                    break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"sshd did not answer on 127.0.0.1:{port} within 10 s; log: {log}")
+        time.sleep(0.05)
+    known_hosts = folder / "known_hosts"
+    known_hosts.write_text(f"[127.0.0.1]:{port} {host_key_line}\n")
+    ssh_config = folder / "ssh_config"
+    ssh_config.write_text(
+        f"""Host {ALIAS}
+    HostName 127.0.0.1
+    Port {port}
+    User {user}
+    IdentityFile {folder}/client_ed25519
+    IdentitiesOnly yes
+    UserKnownHostsFile {known_hosts}
+"""
+    )
+    server = SSHServer(
+        folder=folder,
+        host="127.0.0.1",
+        port=port,
+        user=user,
+        pid=proc.pid,
+        client_key=folder / "client_ed25519",
+        wrong_key=folder / "wrong_ed25519",
+        host_key_line=host_key_line,
+        known_hosts=known_hosts,
+        ssh_config=ssh_config,
+        alias=ALIAS,
+        log=log,
+    )
+    return server, proc
+
+
+def stop_sshd(server: SSHServer, proc: subprocess.Popen[bytes]) -> None:
+    pid_file = server.folder / "sshd.pid"
+    pid = int(pid_file.read_text()) if pid_file.exists() else proc.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
+    """A running sshd on 127.0.0.1 that accepts `client_key` for the current user."""
+    server, proc = start_sshd(tmp_path_factory.mktemp("sshd"))
+    try:
+        yield server
+    finally:
+        stop_sshd(server, proc)

@@ -1,0 +1,95 @@
+"""record -> replay round trips on this real machine, redaction, and entry-point check packages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.helpers import REPO, cli
+
+
+def _results(proc: subprocess.CompletedProcess[str]) -> list[tuple[str, str, str]]:
+    (host,) = json.loads(proc.stdout)["hosts"].values()
+    return [(c["id"], c["status"], c["summary"]) for c in host["checks"]]
+
+
+def test_record_local_then_replay_gives_the_same_results(tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text(
+        "extends: base\nchecks:\n  node.mounts: {paths: [/], rw: false}\n  node.modules: {absent: [nouveau]}\n"
+    )
+    out = tmp_path / "fx"
+    rec = cli("record", "--profile", str(profile), "--local", "--out", str(out), "--note", "this test machine")
+    assert rec.returncode == 0, rec.stderr
+    assert f"recorded {os.uname().nodename} into {out}" in rec.stderr
+    manifest = yaml.safe_load((out / "fixture.yaml").read_text())
+    assert manifest["host"] == os.uname().nodename
+    assert manifest["transport"] == "local" and manifest["note"] == "this test machine"
+    assert (out / "files/proc/meminfo").is_file()
+    assert any(p.name == "command.yaml" for p in (out / "commands").rglob("command.yaml"))
+    live = cli("run", "--local", "--profile", str(profile), "--format", "json")
+    replayed = cli("run", "--replay", str(out), "--format", "json")
+    assert "Traceback" not in replayed.stderr
+    # the same verdicts; summaries may differ only where the machine moved (free memory)
+    assert [r[:2] for r in _results(replayed)] == [r[:2] for r in _results(live)]
+    assert manifest["expect"] == {c: s for c, s, _ in _results(replayed)}
+    assert replayed.returncode == live.returncode
+
+
+def test_recording_redacts_secrets_and_hostnames(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "envcheck.py").write_text(
+        "from clustercheck import Host, Result, check, ok\n"
+        "@check\n"
+        "def show(host: Host) -> Result:\n"
+        "    '''Reads the environment and the host name.'''\n"
+        "    host.run('sh', '-c', 'echo HF_TOKEN=hf_abc123 MY_PASSWORD=hunter2 PATH=/usr/bin; hostname')\n"
+        "    return ok('read')\n"
+    )
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"check_dirs: [{site}]\nchecks:\n  envcheck.show:\n")
+    out = tmp_path / "fx"
+    assert cli("record", "-p", str(profile), "--local", "--out", str(out), "--redact-hostnames").returncode == 0
+    (stdout,) = (out / "commands").glob("*/stdout")
+    text = stdout.read_text()
+    assert "hf_abc123" not in text and "hunter2" not in text
+    assert "HF_TOKEN=<redacted> MY_PASSWORD=<redacted> PATH=/usr/bin" in text
+    assert os.uname().nodename not in text
+    assert "redacted-host" in text
+    assert yaml.safe_load((out / "fixture.yaml").read_text())["host"] == "redacted-host"
+
+
+def test_checks_from_an_entry_point_package(tmp_path: Path) -> None:
+    pkg = tmp_path / "acme_checks"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "acme.py").write_text(
+        "from clustercheck import Host, Result, check, ok\n"
+        "@check\n"
+        "def ping(host: Host) -> Result:\n"
+        "    '''Always ok: proves the entry point loaded.'''\n"
+        "    return ok('pong')\n"
+    )
+    dist = tmp_path / "acme_checks-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-checks\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[clustercheck.checks]\nacme = acme_checks.acme\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    listed = subprocess.run(
+        [sys.executable, "-m", "clustercheck", "checks", "--format", "json"],
+        capture_output=True, text=True, env=env, cwd=REPO,
+    )
+    assert "acme.ping" in {c["id"] for c in json.loads(listed.stdout)}
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  acme.ping:\n")
+    ran = subprocess.run(
+        [sys.executable, "-m", "clustercheck", "run", "--local", "-p", str(profile), "-f", "json"],
+        capture_output=True, text=True, env=env, cwd=REPO,
+    )
+    assert ran.returncode == 0, ran.stderr
