@@ -83,13 +83,19 @@ def test_checks_from_an_entry_point_package(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     listed = subprocess.run(
         [sys.executable, "-m", "clustercheck", "checks", "--format", "json"],
-        capture_output=True, text=True, env=env, cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
     )
     assert "acme.ping" in {c["id"] for c in json.loads(listed.stdout)}
     profile = tmp_path / "p.yaml"
     profile.write_text("checks:\n  acme.ping:\n")
     ran = subprocess.run(
         [sys.executable, "-m", "clustercheck", "run", "--local", "-p", str(profile), "-f", "json"],
-        capture_output=True, text=True, env=env, cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
     )
     assert ran.returncode == 0, ran.stderr

@@ -1,0 +1,69 @@
+"""`clustercheck run/record --ssh` end to end against the real sshd of tests/sshd.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from tests.helpers import DEMO, cli
+from tests.sshd import SSHServer, free_port, sshd  # noqa: F401
+
+SITE = str(DEMO / "site-profile.yaml")
+
+
+def test_run_over_ssh_matches_local(sshd: SSHServer, tmp_path: Path) -> None:  # noqa: F811
+    profile = tmp_path / "p.yaml"
+    profile.write_text("extends: base\nchecks:\n  node.mounts: {paths: [/], rw: false}\n")
+    remote = cli("run", "--ssh", sshd.alias, "--ssh-config", str(sshd.ssh_config), "-p", str(profile), "-f", "json")
+    local = cli("run", "--local", "-p", str(profile), "-f", "json")
+    assert "Traceback" not in remote.stderr
+    got = json.loads(remote.stdout)["hosts"][sshd.alias]["checks"]
+    want = next(iter(json.loads(local.stdout)["hosts"].values()))["checks"]
+    assert [(c["id"], c["status"]) for c in got] == [(c["id"], c["status"]) for c in want]
+    assert remote.returncode == local.returncode
+
+
+def test_record_over_ssh_replays_anywhere(sshd: SSHServer, tmp_path: Path) -> None:  # noqa: F811
+    out = tmp_path / "fx"
+    rec = cli("record", "--ssh", sshd.alias, "--ssh-config", str(sshd.ssh_config), "-p", "base", "--out", str(out))
+    assert rec.returncode == 0, rec.stderr
+    replay = cli("run", "--replay", str(out), "-f", "json")
+    (host,) = json.loads(replay.stdout)["hosts"]
+    assert host == sshd.alias
+    assert all(c["status"] != "error" for c in json.loads(replay.stdout)["hosts"][host]["checks"])
+
+
+def test_unreachable_host_is_an_error_and_others_go_on(sshd: SSHServer, tmp_path: Path) -> None:  # noqa: F811
+    config = tmp_path / "ssh_config"
+    dead = free_port()
+    config.write_text(
+        sshd.ssh_config.read_text()
+        + f"\nHost deadnode\n  HostName 127.0.0.1\n  Port {dead}\n  User {sshd.user}\n"
+        + f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {sshd.known_hosts}\n"
+    )
+    start = time.monotonic()
+    proc = cli("run", "--ssh", f"{sshd.alias},deadnode", "--ssh-config", str(config), "-p", "base", "-f", "json")
+    assert time.monotonic() - start < 20
+    hosts = json.loads(proc.stdout)["hosts"]
+    dead_checks = hosts["deadnode"]["checks"]
+    assert {c["status"] for c in dead_checks} == {"error"}
+    assert "host unreachable" in dead_checks[0]["summary"] and f"127.0.0.1:{dead}" in dead_checks[0]["summary"]
+    assert all(c["summary"].startswith("not run: host unreachable") for c in dead_checks[1:])
+    assert any(c["status"] != "error" for c in hosts[sshd.alias]["checks"])
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_host_key_is_refused_unless_accepted(sshd: SSHServer, tmp_path: Path) -> None:  # noqa: F811
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    config = tmp_path / "ssh_config"
+    config.write_text(sshd.ssh_config.read_text().replace(str(sshd.known_hosts), str(known)))
+    refused = cli("run", "--ssh", sshd.alias, "--ssh-config", str(config), "-p", "base", "-f", "json")
+    (first, *_) = json.loads(refused.stdout)["hosts"][sshd.alias]["checks"]
+    assert first["status"] == "error" and "--accept-new-host-keys" in first["summary"]
+    accepted = cli(
+        "run", "--ssh", sshd.alias, "--ssh-config", str(config), "-p", "base", "-f", "json", "--accept-new-host-keys"
+    )
+    assert all(c["status"] != "error" for c in json.loads(accepted.stdout)["hosts"][sshd.alias]["checks"])
+    assert known.read_text().strip()
