@@ -41,8 +41,10 @@ lint: venv
 	$(VENV)/bin/ruff format --check src checks tests bench
 	$(VENV)/bin/mypy
 
+# Prolog-path timing beside `python -c pass`, and beside LBNL NHC when NHC=/path/to/sbin/nhc
+# (with NHC_CFG_PREFIX for a copy not installed in /); see bench/RESULTS.md.
 bench: venv
-	$(VENV)/bin/python bench/bench.py
+	$(VENV)/bin/python bench/bench.py --markdown bench/RESULTS.md $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

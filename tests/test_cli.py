@@ -6,11 +6,12 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from tests.helpers import DEMO, cli
+from tests.helpers import DEMO, REPO, cli
 
 SITE = str(DEMO / "site-profile.yaml")
 
@@ -204,3 +205,30 @@ def test_whole_run_timeout_reports_unfinished_checks(tmp_path: Path) -> None:
     assert "--timeout of 1 s expired" in host["checks"][0]["summary"]
     # the abandoned command was killed with the run, not left behind
     assert subprocess.run(["pgrep", "-f", "^sleep 30$"], capture_output=True).returncode == 1
+
+
+def test_prolog_path_imports_neither_typer_nor_rich_nor_paramiko() -> None:
+    code = (
+        "import atexit, sys\n"
+        "from clustercheck.cli import main\n"
+        "heavy = ('typer', 'rich', 'paramiko', 'pydantic', 'psutil')\n"
+        "atexit.register(lambda: print('LOADED', [m for m in heavy if m in sys.modules], file=sys.stderr))\n"
+        "main(['run', '--local', '--profile', 'prolog', '--format', 'json'])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert "LOADED []" in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["profile"] == "prolog"
+
+
+def test_fast_path_and_typer_path_agree(tmp_path: Path) -> None:
+    fast = cli("run", "--local", "-p", "base", "-f", "json", "-o", str(tmp_path / "fast.json"))
+    slow = cli("run", "--local", "-p", "base", "-f", "json", "-o", str(tmp_path / "slow.json"), "--jobs", "1")
+    assert fast.returncode == slow.returncode
+    statuses = [
+        [(c["id"], c["status"]) for c in json.loads((tmp_path / f).read_text())["hosts"][os.uname().nodename]["checks"]]
+        for f in ("fast.json", "slow.json")
+    ]
+    assert statuses[0] == statuses[1]
+    # a bad value on the fast path falls through to Typer's own error, exit 64
+    bad = cli("run", "--local", "-p", "base", "-f", "yaml")
+    assert bad.returncode == 64 and "yaml" in bad.stderr

@@ -1,104 +1,44 @@
-"""The command line. `main()` is the one error boundary: it alone prints errors and picks
-exit codes (0 ok, 1 warn, 2 fail, 3 error, 64 bad usage or input; see result.ExitCode).
+"""The entry point and its one error boundary: `main()` alone prints errors and picks exit
+codes (0 ok, 1 warn, 2 fail, 3 error, 64 bad usage or input, 70 internal error; see
+result.ExitCode).
 
-Heavy modules (paramiko, rich tables, the check modules) are imported inside the commands
-that need them, so a local prolog run pays only for what it uses.
+The Typer application (`app.py`) defines every subcommand. A plain local run —
+`clustercheck run --local --profile P [--format F] [--output FILE] [--timeout S] ...`, what
+a Slurm prolog does on every job start — is dispatched here without importing Typer
+(whose 0.29 series imports pydantic, ~85 ms); anything else, `--help` included, goes
+through Typer. Both paths end in `execute_run()`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
-from enum import Enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
-
-import typer
+from typing import Any, NoReturn, TextIO
 
 from clustercheck import __version__
 from clustercheck.errors import ClusterCheckError, HostError, UsageError
 from clustercheck.result import ExitCode
 
-app = typer.Typer(
-    name="clustercheck",
-    help="Is this Slurm GPU node really ready for training jobs? Finds the invisible failures.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-
-_debug = False
-_exit_code = 0  # set by commands whose exit code comes from a report
+FORMATS = ("table", "json", "jsonl", "junit", "prometheus")
 
 
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    jsonl = "jsonl"
-    junit = "junit"
-    prometheus = "prometheus"
+@dataclass
+class State:
+    debug: bool = False
+    exit_code: int = 0  # set by commands whose exit code comes from a report
 
 
-class ListFormat(str, Enum):
-    table = "table"
-    json = "json"
+state = State()
 
 
-def _version(value: bool) -> None:
-    if value:
-        print(f"clustercheck {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
-    ] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of crashes and of failing checks.")] = False,
-) -> None:
-    global _debug
-    _debug = debug
-
-
-# -- shared options -----------------------------------------------------------------------
-
-ProfileOpt = Annotated[
-    str | None, typer.Option("--profile", "-p", help="A profile's YAML path or a bundled profile's name.")
-]
-LocalOpt = Annotated[bool, typer.Option("--local", help="Check this node (the default).")]
-SshOpt = Annotated[
-    str | None, typer.Option("--ssh", help="Check these hosts over SSH: a Slurm hostlist, e.g. 'gpu[001-064]'.")
-]
-ChecksDirOpt = Annotated[
-    list[Path] | None, typer.Option("--checks", help="A folder of site check modules (repeatable).")
-]
-SshConfigOpt = Annotated[
-    Path | None, typer.Option("--ssh-config", help="Use this ssh_config instead of ~/.ssh/config (as ssh -F).")
-]
-UserOpt = Annotated[str | None, typer.Option("--user", "-l", help="SSH user (default: ssh_config, then you).")]
-IdentityOpt = Annotated[
-    list[str] | None, typer.Option("--identity", "-i", help="SSH private key file (repeatable; agent keys too).")
-]
-PortOpt = Annotated[int | None, typer.Option("--port", help="SSH port (default: ssh_config, then 22).")]
-AcceptOpt = Annotated[
-    bool,
-    typer.Option(
-        "--accept-new-host-keys", help="Trust and record host keys not yet in known_hosts (never changed ones)."
-    ),
-]
-JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Hosts checked at once.")]
-CommandTimeoutOpt = Annotated[
-    float, typer.Option("--command-timeout", min=0.1, help="Seconds one command or file read may take.")
-]
-
-
-def _transports(
+def make_transports(
     local: bool,
     ssh: str | None,
-    replay: list[Path] | None,
+    replay: Sequence[Path] | None,
     *,
     ssh_config: Path | None = None,
     user: str | None = None,
@@ -106,6 +46,7 @@ def _transports(
     port: int | None = None,
     accept_new_host_keys: bool = False,
 ) -> list[Any]:
+    """The transports for --local (the default), --ssh HOSTLIST or --replay DIR..."""
     chosen = sum([bool(local), ssh is not None, bool(replay)])
     if chosen > 1:
         raise UsageError("choose one of --local, --ssh HOSTLIST and --replay FIXTURE_DIR")
@@ -135,7 +76,7 @@ def _transports(
     return [LocalTransport()]
 
 
-def _recorded_profile(transports: list[Any]) -> str:
+def recorded_profile(transports: Sequence[Any]) -> str:
     """The profile the replayed fixtures were recorded for (a path is relative to its fixture)."""
     refs: set[str | None] = set()
     for t in transports:
@@ -150,7 +91,7 @@ def _recorded_profile(transports: list[Any]) -> str:
     return str(refs.pop())
 
 
-def _write(render: Any, output: Path | None) -> None:
+def write_output(render: Callable[[TextIO], None], output: Path | None) -> None:
     """Render to stdout, or atomically to a file (a textfile collector must never read half a file)."""
     if output is None:
         render(sys.stdout)
@@ -168,53 +109,23 @@ def _write(render: Any, output: Path | None) -> None:
         raise
 
 
-def _set_exit(code: int) -> None:
-    global _exit_code
-    _exit_code = int(code)
-
-
-# -- commands -------------------------------------------------------------------------------
-
-
-@app.command()
-def run(
-    profile: ProfileOpt = None,
-    local: LocalOpt = False,
-    ssh: SshOpt = None,
-    replay: Annotated[
-        list[Path] | None,
-        typer.Option("--replay", help="Replay a recorded fixture, or a folder of them (a recorded cluster)."),
-    ] = None,
-    checks_dir: ChecksDirOpt = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.table,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here (atomically).")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show evidence and remedies.")] = False,
-    timeout: Annotated[float | None, typer.Option("--timeout", min=0.1, help="Seconds the whole run may take.")] = None,
-    command_timeout: CommandTimeoutOpt = 10.0,
-    jobs: JobsOpt = 32,
-    ssh_config: SshConfigOpt = None,
-    user: UserOpt = None,
-    identity: IdentityOpt = None,
-    port: PortOpt = None,
-    accept_new_host_keys: AcceptOpt = False,
+def execute_run(
+    profile: str | None,
+    transports: Sequence[Any],
+    *,
+    checks_dirs: tuple[Path, ...] = (),
+    fmt: str = "table",
+    output: Path | None = None,
+    verbose: bool = False,
+    timeout: float | None = None,
+    command_timeout: float = 10.0,
+    jobs: int = 32,
 ) -> None:
-    """Run a profile's checks on this node, on hosts over SSH, or on recorded fixtures."""
+    """`clustercheck run`: load the profile, run it, render the report, set the exit code."""
     from clustercheck import formats, runner
     from clustercheck import profile as profiles
 
-    transports = _transports(
-        local,
-        ssh,
-        replay,
-        ssh_config=ssh_config,
-        user=user,
-        identity=identity,
-        port=port,
-        accept_new_host_keys=accept_new_host_keys,
-    )
-    if profile is None:
-        profile = _recorded_profile(transports)
-    prof = profiles.load(profile, extra_check_dirs=tuple(checks_dir or ()))
+    prof = profiles.load(profile or recorded_profile(transports), extra_check_dirs=checks_dirs)
     report = runner.run_profile(
         prof,
         transports,
@@ -222,131 +133,85 @@ def run(
         jobs=jobs,
         timeout=timeout,
         command_timeout=command_timeout,
-        debug=_debug,
+        debug=state.debug,
     )
-    _write(lambda out: formats.render(report, fmt.value, out, verbose=verbose), output)
-    _set_exit(report.exit_code)
+    write_output(lambda out: formats.render(report, fmt, out, verbose=verbose), output)
+    state.exit_code = int(report.exit_code)
 
 
-@app.command()
-def record(
-    out: Annotated[
-        Path, typer.Option("--out", help="The fixture folder to write (one per host under it for several).")
-    ],
-    profile: ProfileOpt = None,
-    local: LocalOpt = False,
-    ssh: SshOpt = None,
-    note: Annotated[str, typer.Option("--note", help="What this fixture shows (goes into fixture.yaml).")] = "",
-    redact_hostnames: Annotated[
-        bool, typer.Option("--redact-hostnames", help="Replace the node's name in everything recorded.")
-    ] = False,
-    checks_dir: ChecksDirOpt = None,
-    command_timeout: CommandTimeoutOpt = 10.0,
-    jobs: JobsOpt = 32,
-    ssh_config: SshConfigOpt = None,
-    user: UserOpt = None,
-    identity: IdentityOpt = None,
-    port: PortOpt = None,
-    accept_new_host_keys: AcceptOpt = False,
-) -> None:
-    """Record what a profile's checks read on real hosts into replayable fixture folders."""
-    from clustercheck import formats, runner
-    from clustercheck import profile as profiles
-    from clustercheck.transports.fixture import RecordingTransport
+# -- the fast path --------------------------------------------------------------------------------
 
-    if profile is None:
-        raise UsageError("--profile is required: it decides what is recorded")
-    prof = profiles.load(profile, extra_check_dirs=tuple(checks_dir or ()))
-    inner = _transports(
-        local,
-        ssh,
-        None,
-        ssh_config=ssh_config,
-        user=user,
-        identity=identity,
-        port=port,
-        accept_new_host_keys=accept_new_host_keys,
+_FAST_FLAGS = {"--local": "local", "--verbose": "verbose", "-v": "verbose"}
+_FAST_OPTIONS = {
+    "--profile": "profile",
+    "-p": "profile",
+    "--format": "format",
+    "-f": "format",
+    "--output": "output",
+    "-o": "output",
+    "--timeout": "timeout",
+    "--command-timeout": "command_timeout",
+    "--checks": "checks",
+}
+
+
+def fast_local_run(argv: Sequence[str]) -> bool:
+    """Run `run --local ...` without Typer when every argument is a plain, valid one.
+
+    Returns False (and does nothing) for anything else, so Typer parses it and reports
+    mistakes in its usual way: this path never decides what is valid, only what is simple.
+    """
+    if not argv or argv[0] != "run":
+        return False
+    opts: dict[str, Any] = {"checks": []}
+    args = list(argv[1:])
+    while args:
+        arg = args.pop(0)
+        name, eq, inline = arg.partition("=")
+        if not eq and arg in _FAST_FLAGS:
+            opts[_FAST_FLAGS[arg]] = True
+            continue
+        if name not in _FAST_OPTIONS:
+            return False
+        if eq:
+            value = inline
+        elif args:
+            value = args.pop(0)
+        else:
+            return False
+        key = _FAST_OPTIONS[name]
+        if key == "checks":
+            opts["checks"].append(Path(value))
+        elif key in opts:
+            return False
+        else:
+            opts[key] = value
+    try:
+        timeout = float(opts["timeout"]) if "timeout" in opts else None
+        command_timeout = float(opts.get("command_timeout", 10.0))
+    except ValueError:
+        return False
+    if (
+        not opts.get("local")
+        or "profile" not in opts
+        or opts.get("format", "table") not in FORMATS
+        or (timeout is not None and timeout < 0.1)
+        or command_timeout < 0.1
+    ):
+        return False
+    from clustercheck.transports.local import LocalTransport
+
+    execute_run(
+        opts["profile"],
+        [LocalTransport()],
+        checks_dirs=tuple(opts["checks"]),
+        fmt=opts.get("format", "table"),
+        output=Path(opts["output"]) if "output" in opts else None,
+        verbose=bool(opts.get("verbose")),
+        timeout=timeout,
+        command_timeout=command_timeout,
     )
-    recorders = [
-        RecordingTransport(t, out if len(inner) == 1 else out / t.host, redact_hostnames=redact_hostnames)
-        for t in inner
-    ]
-    report = runner.run_profile(prof, recorders, version=__version__, jobs=jobs, command_timeout=command_timeout)
-    for recorder, host in zip(recorders, report.hosts, strict=True):
-        expect = {c.id: c.status.value for c in host.checks}
-        manifest = recorder.write_manifest(profile=profile, version=__version__, note=note, expect=expect)
-        print(
-            f"recorded {host.host} into {manifest.parent} (expect: what it got; edit note: and expect:)",
-            file=sys.stderr,
-        )
-    formats.render(report, "table", sys.stderr)
-
-
-@app.command("checks")
-def list_checks(
-    fmt: Annotated[ListFormat, typer.Option("--format", "-f", help="Output format.")] = ListFormat.table,
-    checks_dir: ChecksDirOpt = None,
-) -> None:
-    """List every registered check: id, title, what it reads, its parameters."""
-    from clustercheck import registry
-
-    for d in checks_dir or ():
-        registry.load_dir(d)
-    specs = registry.all_checks()
-    if fmt is ListFormat.json:
-        json.dump([s.to_json() for s in specs], sys.stdout, indent=2)
-        print()
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("check", "what it expects", "reads", "parameters", show_lines=True)
-    for s in specs:
-        params = "\n".join(
-            f"{p.name}: {p.type_name}" + (" (required)" if p.required else f" = {p.default!r}") for p in s.params
-        )
-        table.add_row(s.id, s.title, "\n".join(s.needs), params)
-    Console().print(table)
-
-
-@app.command()
-def explain(check_id: Annotated[str, typer.Argument(help="A check id, e.g. node.memory.")]) -> None:
-    """Why a check matters, how it decides, and how to fix a failure."""
-    import difflib
-
-    from clustercheck import registry
-
-    spec = registry.lookup(check_id)
-    if spec is None:
-        close = difflib.get_close_matches(check_id, registry.known_ids(), n=3)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise UsageError(f"unknown check {check_id!r}{hint}; `clustercheck checks` lists them")
-    print(f"{spec.id}: {spec.title}\n")
-    if spec.doc:
-        print(spec.doc + "\n")
-    print("Parameters:")
-    for p in spec.params:
-        print(f"  {p.name}: {p.type_name}" + (" (required)" if p.required else f" = {p.default!r}"))
-    print(f"  timeout: number = {spec.timeout:g} (seconds; the check's time budget)")
-    if spec.needs:
-        print("\nReads on the node: " + ", ".join(spec.needs))
-    print(f"\nDefined in {spec.source}")
-
-
-@app.command("profiles")
-def list_profiles(
-    schema: Annotated[bool, typer.Option("--schema", help="Print the JSON Schema of profiles instead.")] = False,
-) -> None:
-    """List the bundled profiles (or print the profile JSON Schema for editors)."""
-    from clustercheck import profile as profiles
-
-    if schema:
-        json.dump(profiles.json_schema(), sys.stdout, indent=2)
-        print()
-        return
-    for path in profiles.bundled_profiles():
-        prof = profiles.load(str(path))
-        print(f"{prof.name:<12} {len(prof.checks):>3} checks  {prof.description}")
+    return True
 
 
 # -- the error boundary -------------------------------------------------------------------------
@@ -358,14 +223,18 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    """Entry point: run the Typer app and map everything to a documented exit code."""
+    """Entry point: run the command and map everything to a documented exit code."""
+    args = sys.argv[1:] if argv is None else argv
     try:
-        try:
-            app(args=argv, prog_name="clustercheck")
-        except SystemExit as exc:  # Typer always ends this way
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ExitCode.USAGE)
-            # Typer's own usage errors exit 2, which means "a check failed" here: remap them.
-            sys.exit(ExitCode.USAGE if code == 2 else (code or _exit_code))
+        if not fast_local_run(args):
+            from clustercheck.app import app
+
+            try:
+                app(args=args, prog_name="clustercheck")
+            except SystemExit as exc:  # Typer always ends this way
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ExitCode.USAGE)
+                # Typer's own usage errors exit 2, which means "a check failed" here: remap them.
+                sys.exit(ExitCode.USAGE if code == 2 else (code or state.exit_code))
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     except UsageError as exc:
@@ -375,7 +244,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except ClusterCheckError as exc:
         _fail(f"error: {exc}", ExitCode.ERROR)
     except Exception as exc:
-        if _debug:
+        if state.debug:
             raise
         _fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", 70)
-    sys.exit(_exit_code)
+    sys.exit(state.exit_code)

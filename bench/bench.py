@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Wall time of the Slurm prolog path, side by side with its baselines and with LBNL NHC.
+
+Runs N rounds (default 15); each round runs, one after the other and in a rotating order:
+
+  python-pass        `<venv python> -c pass`              interpreter start-up, the floor
+  import             `<venv python> -c "import clustercheck"`
+  clustercheck       `<venv>/bin/clustercheck run --local --profile prolog --format json`
+  nhc                `$NHC -c $NHC_CONF -l LOG -t 10 -r none`   (only when $NHC is set)
+
+and reports the median and 90th percentile wall time of each, the peak RSS of each (median
+of 3 extra, untimed runs under GNU `/usr/bin/time -f %M`), and the ratios clustercheck/NHC
+and clustercheck/python-pass. Timings on shared machines move by tens of percent between runs,
+so only figures from the same run are compared.
+
+Environment:
+  NHC        path of an `nhc` executable; unset: NHC is reported as not installed here
+  NHC_CONF   its config (default: bench/nhc.conf beside this script)
+  NHC_ARGS   extra arguments for nhc (shell words), e.g. "-D /opt/nhc/etc"
+  NHC's own NHC_CFG_* variables (e.g. NHC_CFG_PREFIX) pass through to it.
+
+Always exits 0 once it has measured, target met or not; it prints whether the target
+(clustercheck prolog median <= NHC median) held. Exits 2 when it cannot run at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PROFILE = "prolog"
+TIME = "/usr/bin/time"  # GNU time, for peak RSS
+RSS_RUNS = 3
+
+
+@dataclass
+class Subject:
+    key: str
+    label: str
+    argv: list[str]
+    env: dict[str, str]
+    wall_ms: list[float] = field(default_factory=list)
+    rss_kb: list[int] = field(default_factory=list)  # from separate, untimed runs under GNU time
+    exit_codes: set[int] = field(default_factory=set)
+    note: str = ""
+
+
+def run_once(argv: list[str], env: dict[str, str], capture: Path | None = None) -> tuple[float, int]:
+    """Run argv once, output to /dev/null (or to `capture`): (wall ms, exit code)."""
+    with open(capture, "wb") if capture else contextlib.nullcontext(subprocess.DEVNULL) as out:
+        start = time.perf_counter()
+        rc = subprocess.call(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL, env=env)
+        return (time.perf_counter() - start) * 1000.0, rc
+
+
+def peak_rss_kb(argv: list[str], env: dict[str, str], tmpdir: str) -> int | None:
+    """Peak RSS (KiB) of argv as GNU time reports it (%M); None without /usr/bin/time.
+
+    Not from wait4(2) in this process: Linux charges a child, at exec, the peak RSS of the
+    memory it was forked from, so every direct child of this Python process would show at
+    least this process's own ~15 MiB. GNU time is small, and the command is its child.
+    """
+    if not os.access(TIME, os.X_OK):
+        return None
+    report = Path(tmpdir) / "rss"
+    subprocess.call(
+        [TIME, "-f", "%M", "-o", str(report), *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        return int(report.read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def p90(values: list[float]) -> float:
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=10, method="inclusive")[8]
+
+
+def nhc_version(path: str) -> str:
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return "unknown"
+    m = re.search(r'^NHC_VERSION="([^"]+)"', text, re.MULTILINE)
+    return m.group(1) if m else "unknown"
+
+
+def bash_version() -> str:
+    try:
+        out = subprocess.run(["bash", "--version"], capture_output=True, text=True, check=False).stdout
+        return out.splitlines()[0] if out else "unknown"
+    except OSError:
+        return "not found"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", "-n", type=int, default=15, help="measured rounds (default 15)")
+    ap.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1)")
+    ap.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown to FILE ('-': stdout)")
+    args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+
+    python = sys.executable  # the venv's own interpreter (never a pyenv shim)
+    bindir = Path(python).parent
+    console = bindir / "clustercheck"
+    if not console.exists():
+        print(f"bench: {console} not found: install the package into this venv (make venv)", file=sys.stderr)
+        return 2
+
+    # Children write bytecode like an installed package has it (pip compiles at install time);
+    # a sandbox's PYTHONDONTWRITEBYTECODE=1 would make every run recompile clustercheck's modules.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subjects = [
+        Subject("pass", "python -c pass", [python, "-c", "pass"], env),
+        Subject("import", "python -c 'import clustercheck'", [python, "-c", "import clustercheck"], env),
+        Subject(
+            "clustercheck",
+            f"clustercheck run --local --profile {PROFILE} --format json",
+            [str(console), "run", "--local", "--profile", PROFILE, "--format", "json"],
+            env,
+        ),
+    ]
+
+    tmp = tempfile.TemporaryDirectory(prefix="clustercheck-bench-")
+    nhc_path = os.environ.get("NHC", "")
+    nhc_conf = os.environ.get("NHC_CONF", str(HERE / "nhc.conf"))
+    nhc_state = "not installed here (set NHC to an nhc executable)"
+    if nhc_path:
+        if not (os.path.isfile(nhc_path) and os.access(nhc_path, os.X_OK)):
+            nhc_state = f"NHC={nhc_path} is not an executable file"
+        else:
+            nhc_env = dict(env)
+            nhc_env.setdefault("NHC_BENCH_THREADS", str(os.cpu_count() or 1))
+            # -r none: never mark the node offline/online through the resource manager from a benchmark.
+            argv = [nhc_path, "-c", nhc_conf, "-l", str(Path(tmp.name) / "nhc.log"), "-t", "10", "-r", "none"]
+            argv += shlex.split(os.environ.get("NHC_ARGS", ""))
+            subjects.append(Subject("nhc", f"nhc {nhc_version(nhc_path)} ({Path(nhc_conf).name})", argv, nhc_env))
+            nhc_state = ""
+
+    # Warm-up: fills the page cache and bytecode caches; its output is checked, its times dropped.
+    for _ in range(args.warmup):
+        for s in subjects:
+            capture = Path(tmp.name) / f"{s.key}.out"
+            _, rc = run_once(s.argv, s.env, capture)
+            s.exit_codes.add(rc)
+    cc = next(s for s in subjects if s.key == "clustercheck")
+    if args.warmup:
+        try:
+            report = json.loads((Path(tmp.name) / "clustercheck.out").read_text())
+            hosts = report["hosts"]
+            checks = [c for h in hosts.values() for c in h["checks"]]
+            cc.note = f"{len(checks)} checks: " + ", ".join(f"{c['id']}={c['status']}" for c in checks)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            cc.note = f"its output is not a clustercheck JSON report ({type(exc).__name__}); figures are suspect"
+    if any(rc not in (0, 1, 2, 3) for rc in cc.exit_codes):
+        cc.note += f"; exit codes {sorted(cc.exit_codes)}: the run failed, figures are meaningless"
+
+    for r in range(args.rounds):
+        order = subjects[r % len(subjects) :] + subjects[: r % len(subjects)]
+        for s in order:
+            wall, rc = run_once(s.argv, s.env)
+            s.wall_ms.append(wall)
+            s.exit_codes.add(rc)
+    for _ in range(RSS_RUNS):
+        for s in subjects:
+            rss = peak_rss_kb(s.argv, s.env, tmp.name)
+            if rss is not None:
+                s.rss_kb.append(rss)
+
+    by = {s.key: s for s in subjects}
+    med = {s.key: statistics.median(s.wall_ms) for s in subjects}
+
+    lines: list[str] = []
+    lines.append(f"Date: {_dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}")
+    lines.append(
+        f"Machine: {platform.node()}, {os.cpu_count()} CPUs (nproc), Linux {platform.release()}, "
+        f"Python {platform.python_version()} ({python}), {bash_version()}"
+    )
+    shown_env = " ".join(
+        f"{k}={shlex.quote(os.environ[k])}"
+        for k in ("NHC", "NHC_CONF", "NHC_ARGS", "NHC_CFG_PREFIX")
+        if os.environ.get(k)
+    )
+    cmd = " ".join(shlex.quote(a) for a in [python, *sys.argv])
+    lines.append(f"Command: `{(shown_env + ' ') if shown_env else ''}{cmd}`")
+    lines.append(f"Rounds: {args.rounds} measured (+{args.warmup} warm-up), interleaved, order rotating each round")
+    lines.append("")
+    lines.append("| what | median ms | p90 ms | min ms | peak RSS MiB | exit codes |")
+    lines.append("| --- | ---: | ---: | ---: | ---: | --- |")
+    for s in subjects:
+        rss_txt = f"{statistics.median(s.rss_kb) / 1024:.1f}" if s.rss_kb else "n/a (no /usr/bin/time)"
+        codes = ",".join(map(str, sorted(s.exit_codes)))
+        lines.append(
+            f"| {s.label} | {med[s.key]:.1f} | {p90(s.wall_ms):.1f} | {min(s.wall_ms):.1f} | {rss_txt} | {codes} |"
+        )
+    if nhc_state:
+        lines.append(f"| nhc | {nhc_state} | | | | |")
+    lines.append("")
+    lines.append(f"clustercheck / python -c pass: {med['clustercheck'] / med['pass']:.2f}x (median over median)")
+    lines.append(
+        f"clustercheck above interpreter start-up: {med['clustercheck'] - med['pass']:.1f} ms; "
+        f"importing the package: {med['import'] - med['pass']:.1f} ms"
+    )
+    if cc.note:
+        lines.append(f"clustercheck warm-up run: {cc.note}")
+    if "nhc" in by:
+        lines.append(f"clustercheck / NHC: {med['clustercheck'] / med['nhc']:.2f}x (median over median)")
+        held = med["clustercheck"] <= med["nhc"]
+        verdict = "TARGET HELD" if held else "TARGET MISSED"
+        lines.append(
+            f"{verdict}: clustercheck prolog median {med['clustercheck']:.1f} ms "
+            f"{'<=' if held else '>'} NHC median {med['nhc']:.1f} ms"
+        )
+    else:
+        lines.append(f"TARGET NOT EVALUATED: NHC {nhc_state}")
+
+    tmp.cleanup()
+    if args.markdown:
+        # Markdown: a hard line break (two spaces) after each non-table line.
+        md = "\n".join(ln + "  " if ln and not ln.startswith("|") else ln for ln in lines) + "\n"
+        if args.markdown == "-":
+            sys.stdout.write(md)
+            return 0
+        Path(args.markdown).write_text(md)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""The Typer application: every subcommand, its options and help.
+
+Imported by `cli.main()` for everything but the fast local `run` path (Typer 0.29 pulls in
+pydantic, ~85 ms: too much for a Slurm prolog that runs on every job start).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from clustercheck import __version__, cli
+from clustercheck.errors import UsageError
+
+app = typer.Typer(
+    name="clustercheck",
+    help="Is this Slurm GPU node really ready for training jobs? Finds the invisible failures.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    jsonl = "jsonl"
+    junit = "junit"
+    prometheus = "prometheus"
+
+
+class ListFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"clustercheck {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of crashes and of failing checks.")] = False,
+) -> None:
+    cli.state.debug = debug
+
+
+# -- shared options -----------------------------------------------------------------------
+
+ProfileOpt = Annotated[
+    str | None, typer.Option("--profile", "-p", help="A profile's YAML path or a bundled profile's name.")
+]
+LocalOpt = Annotated[bool, typer.Option("--local", help="Check this node (the default).")]
+SshOpt = Annotated[
+    str | None, typer.Option("--ssh", help="Check these hosts over SSH: a Slurm hostlist, e.g. 'gpu[001-064]'.")
+]
+ChecksDirOpt = Annotated[
+    list[Path] | None, typer.Option("--checks", help="A folder of site check modules (repeatable).")
+]
+SshConfigOpt = Annotated[
+    Path | None, typer.Option("--ssh-config", help="Use this ssh_config instead of ~/.ssh/config (as ssh -F).")
+]
+UserOpt = Annotated[str | None, typer.Option("--user", "-l", help="SSH user (default: ssh_config, then you).")]
+IdentityOpt = Annotated[
+    list[str] | None, typer.Option("--identity", "-i", help="SSH private key file (repeatable; agent keys too).")
+]
+PortOpt = Annotated[int | None, typer.Option("--port", help="SSH port (default: ssh_config, then 22).")]
+AcceptOpt = Annotated[
+    bool,
+    typer.Option(
+        "--accept-new-host-keys", help="Trust and record host keys not yet in known_hosts (never changed ones)."
+    ),
+]
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Hosts checked at once.")]
+CommandTimeoutOpt = Annotated[
+    float, typer.Option("--command-timeout", min=0.1, help="Seconds one command or file read may take.")
+]
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+@app.command()
+def run(
+    profile: ProfileOpt = None,
+    local: LocalOpt = False,
+    ssh: SshOpt = None,
+    replay: Annotated[
+        list[Path] | None,
+        typer.Option("--replay", help="Replay a recorded fixture, or a folder of them (a recorded cluster)."),
+    ] = None,
+    checks_dir: ChecksDirOpt = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.table,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here (atomically).")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show evidence and remedies.")] = False,
+    timeout: Annotated[float | None, typer.Option("--timeout", min=0.1, help="Seconds the whole run may take.")] = None,
+    command_timeout: CommandTimeoutOpt = 10.0,
+    jobs: JobsOpt = 32,
+    ssh_config: SshConfigOpt = None,
+    user: UserOpt = None,
+    identity: IdentityOpt = None,
+    port: PortOpt = None,
+    accept_new_host_keys: AcceptOpt = False,
+) -> None:
+    """Run a profile's checks on this node, on hosts over SSH, or on recorded fixtures."""
+    transports = cli.make_transports(
+        local,
+        ssh,
+        replay,
+        ssh_config=ssh_config,
+        user=user,
+        identity=identity,
+        port=port,
+        accept_new_host_keys=accept_new_host_keys,
+    )
+    cli.execute_run(
+        profile,
+        transports,
+        checks_dirs=tuple(checks_dir or ()),
+        fmt=fmt.value,
+        output=output,
+        verbose=verbose,
+        timeout=timeout,
+        command_timeout=command_timeout,
+        jobs=jobs,
+    )
+
+
+@app.command()
+def record(
+    out: Annotated[
+        Path, typer.Option("--out", help="The fixture folder to write (one per host under it for several).")
+    ],
+    profile: ProfileOpt = None,
+    local: LocalOpt = False,
+    ssh: SshOpt = None,
+    note: Annotated[str, typer.Option("--note", help="What this fixture shows (goes into fixture.yaml).")] = "",
+    redact_hostnames: Annotated[
+        bool, typer.Option("--redact-hostnames", help="Replace the node's name in everything recorded.")
+    ] = False,
+    checks_dir: ChecksDirOpt = None,
+    command_timeout: CommandTimeoutOpt = 10.0,
+    jobs: JobsOpt = 32,
+    ssh_config: SshConfigOpt = None,
+    user: UserOpt = None,
+    identity: IdentityOpt = None,
+    port: PortOpt = None,
+    accept_new_host_keys: AcceptOpt = False,
+) -> None:
+    """Record what a profile's checks read on real hosts into replayable fixture folders."""
+    from clustercheck import formats, runner
+    from clustercheck import profile as profiles
+    from clustercheck.transports.fixture import RecordingTransport
+
+    if profile is None:
+        raise UsageError("--profile is required: it decides what is recorded")
+    prof = profiles.load(profile, extra_check_dirs=tuple(checks_dir or ()))
+    inner = cli.make_transports(
+        local,
+        ssh,
+        None,
+        ssh_config=ssh_config,
+        user=user,
+        identity=identity,
+        port=port,
+        accept_new_host_keys=accept_new_host_keys,
+    )
+    recorders = [
+        RecordingTransport(t, out if len(inner) == 1 else out / t.host, redact_hostnames=redact_hostnames)
+        for t in inner
+    ]
+    report = runner.run_profile(prof, recorders, version=__version__, jobs=jobs, command_timeout=command_timeout)
+    for recorder, host in zip(recorders, report.hosts, strict=True):
+        expect = {c.id: c.status.value for c in host.checks}
+        manifest = recorder.write_manifest(profile=profile, version=__version__, note=note, expect=expect)
+        print(
+            f"recorded {host.host} into {manifest.parent} (expect: what it got; edit note: and expect:)",
+            file=sys.stderr,
+        )
+    formats.render(report, "table", sys.stderr)
+
+
+@app.command("checks")
+def list_checks(
+    fmt: Annotated[ListFormat, typer.Option("--format", "-f", help="Output format.")] = ListFormat.table,
+    checks_dir: ChecksDirOpt = None,
+) -> None:
+    """List every registered check: id, title, what it reads, its parameters."""
+    from clustercheck import registry
+
+    for d in checks_dir or ():
+        registry.load_dir(d)
+    specs = registry.all_checks()
+    if fmt is ListFormat.json:
+        json.dump([s.to_json() for s in specs], sys.stdout, indent=2)
+        print()
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("check", "what it expects", "reads", "parameters", show_lines=True)
+    for s in specs:
+        params = "\n".join(
+            f"{p.name}: {p.type_name}" + (" (required)" if p.required else f" = {p.default!r}") for p in s.params
+        )
+        table.add_row(s.id, s.title, "\n".join(s.needs), params)
+    Console().print(table)
+
+
+@app.command()
+def explain(check_id: Annotated[str, typer.Argument(help="A check id, e.g. node.memory.")]) -> None:
+    """Why a check matters, how it decides, and how to fix a failure."""
+    import difflib
+
+    from clustercheck import registry
+
+    spec = registry.lookup(check_id)
+    if spec is None:
+        close = difflib.get_close_matches(check_id, registry.known_ids(), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UsageError(f"unknown check {check_id!r}{hint}; `clustercheck checks` lists them")
+    print(f"{spec.id}: {spec.title}\n")
+    if spec.doc:
+        print(spec.doc + "\n")
+    print("Parameters:")
+    for p in spec.params:
+        print(f"  {p.name}: {p.type_name}" + (" (required)" if p.required else f" = {p.default!r}"))
+    print(f"  timeout: number = {spec.timeout:g} (seconds; the check's time budget)")
+    if spec.needs:
+        print("\nReads on the node: " + ", ".join(spec.needs))
+    print(f"\nDefined in {spec.source}")
+
+
+@app.command("profiles")
+def list_profiles(
+    schema: Annotated[bool, typer.Option("--schema", help="Print the JSON Schema of profiles instead.")] = False,
+) -> None:
+    """List the bundled profiles (or print the profile JSON Schema for editors)."""
+    from clustercheck import profile as profiles
+
+    if schema:
+        json.dump(profiles.json_schema(), sys.stdout, indent=2)
+        print()
+        return
+    for path in profiles.bundled_profiles():
+        prof = profiles.load(str(path))
+        print(f"{prof.name:<12} {len(prof.checks):>3} checks  {prof.description}")
