@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,16 +14,18 @@ CORPUS = REPO.parent / "shared" / "corpus"
 
 
 def cli(
-    *args: str, cwd: Path | None = None, timeout: float = 60, stdin: str | None = None
+    *args: str | Path, cwd: Path | None = None, timeout: float = 60, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run `python -m clustercheck ARGS` in a subprocess; never raises on a non-zero exit."""
     return subprocess.run(
-        [sys.executable, "-m", "clustercheck", *args],
+        [sys.executable, "-m", "clustercheck", *map(str, args)],
         cwd=cwd or REPO,
         capture_output=True,
         text=True,
+        errors="replace",
         timeout=timeout,
         input=stdin,
+        env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
     )
 
 

@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 
 from tests.helpers import DEMO, cli
-from tests.sshd import SSHServer, free_port, sshd  # noqa: F401
+from tests.sshd import SSHServer, free_port
 
 SITE = str(DEMO / "site-profile.yaml")
 
 
-def test_run_over_ssh_matches_local(sshd: SSHServer, tmp_path: Path) -> None:  # noqa: F811
+def test_run_over_ssh_matches_local(sshd: SSHServer, tmp_path: Path) -> None:
     profile = tmp_path / "p.yaml"
     profile.write_text("extends: base\nchecks:\n  node.mounts: {paths: [/], rw: false}\n")
     remote = cli("run", "--ssh", sshd.alias, "--ssh-config", str(sshd.ssh_config), "-p", str(profile), "-f", "json")
@@ -24,7 +24,7 @@ def test_run_over_ssh_matches_local(sshd: SSHServer, tmp_path: Path) -> None:  #
     assert remote.returncode == local.returncode
 
 
-def test_record_over_ssh_replays_anywhere(sshd: SSHServer, tmp_path: Path) -> None:  # noqa: F811
+def test_record_over_ssh_replays_anywhere(sshd: SSHServer, tmp_path: Path) -> None:
     out = tmp_path / "fx"
     rec = cli("record", "--ssh", sshd.alias, "--ssh-config", str(sshd.ssh_config), "-p", "base", "--out", str(out))
     assert rec.returncode == 0, rec.stderr
@@ -34,7 +34,7 @@ def test_record_over_ssh_replays_anywhere(sshd: SSHServer, tmp_path: Path) -> No
     assert all(c["status"] != "error" for c in json.loads(replay.stdout)["hosts"][host]["checks"])
 
 
-def test_unreachable_host_is_an_error_and_others_go_on(sshd: SSHServer, tmp_path: Path) -> None:  # noqa: F811
+def test_unreachable_host_is_an_error_and_others_go_on(sshd: SSHServer, tmp_path: Path) -> None:
     config = tmp_path / "ssh_config"
     dead = free_port()
     config.write_text(
@@ -54,7 +54,7 @@ def test_unreachable_host_is_an_error_and_others_go_on(sshd: SSHServer, tmp_path
     assert "Traceback" not in proc.stderr
 
 
-def test_unknown_host_key_is_refused_unless_accepted(sshd: SSHServer, tmp_path: Path) -> None:  # noqa: F811
+def test_unknown_host_key_is_refused_unless_accepted(sshd: SSHServer, tmp_path: Path) -> None:
     known = tmp_path / "known_hosts"
     known.write_text("")
     config = tmp_path / "ssh_config"

@@ -70,7 +70,7 @@ def test_a_read_that_blocks_times_out(host: Host, tmp_path: Path) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # open() blocks until a writer comes, like a read on a hung NFS mount
     start = time.monotonic()
-    with pytest.raises(CommandTimeout, match="did not finish within 0.5 s"):
+    with pytest.raises(CommandTimeout, match=r"did not finish within 0\.5 s"):
         host.read(str(fifo), timeout=0.5)
     assert time.monotonic() - start < 2
     with open(fifo, "w"):  # release the abandoned reader thread

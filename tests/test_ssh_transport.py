@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.sshd import SSHServer, sshd  # noqa: F401  (sshd: the fixture, also when conftest.py lacks it)
+from tests.sshd import SSHServer
 
 from clustercheck.errors import CommandTimeout, HostError, Unreachable
 from clustercheck.host import Probe, register_probe
@@ -30,14 +30,14 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def node(sshd: SSHServer) -> Iterator[SSHTransport]:  # noqa: F811
+def node(sshd: SSHServer) -> Iterator[SSHTransport]:
     """The test sshd through its ssh_config alias."""
     t = SSHTransport(sshd.alias, ssh_config=str(sshd.ssh_config))
     yield t
     t.close()
 
 
-def direct(sshd: SSHServer, host: str = "127.0.0.1", **kw: object) -> SSHTransport:  # noqa: F811
+def direct(sshd: SSHServer, host: str = "127.0.0.1", **kw: object) -> SSHTransport:
     """A transport without ssh config, as `--ssh 127.0.0.1 --port P -i KEY` (ssh_config is an empty file)."""
     empty = sshd.folder / "empty_config"
     empty.touch()
@@ -53,7 +53,7 @@ def remote_alive(pattern: str) -> list[str]:
 
 
 # -- run ---------------------------------------------------------------------------------
-def test_run_ok_and_attributes(node: SSHTransport, sshd: SSHServer) -> None:  # noqa: F811
+def test_run_ok_and_attributes(node: SSHTransport, sshd: SSHServer) -> None:
     r = node.run(["echo", "hello world"], timeout=10)
     assert (r.argv, r.exit_code, r.stdout, r.stderr, r.timed_out) == (
         ("echo", "hello world"),
@@ -128,7 +128,7 @@ def test_background_child_holding_stdout_does_not_hang_or_survive(node: SSHTrans
     assert remote_alive(f"sleep {marker}") == []
 
 
-def test_many_calls_use_one_connection(node: SSHTransport, sshd: SSHServer) -> None:  # noqa: F811
+def test_many_calls_use_one_connection(node: SSHTransport, sshd: SSHServer) -> None:
     before = sshd.accepted_logins()
     for i in range(5):
         assert node.run(["echo", str(i)], timeout=10).stdout == f"{i}\n"
@@ -181,7 +181,7 @@ def test_probe_builds_its_record_from_commands(node: SSHTransport) -> None:
 
 
 # -- host keys ---------------------------------------------------------------------------
-def test_unknown_host_key_is_refused_with_advice(sshd: SSHServer, home: Path) -> None:  # noqa: F811
+def test_unknown_host_key_is_refused_with_advice(sshd: SSHServer, home: Path) -> None:
     (home / ".ssh" / "known_hosts").write_text("")
     t = direct(sshd, ssh_config=None)
     with pytest.raises(Unreachable) as info:
@@ -192,7 +192,7 @@ def test_unknown_host_key_is_refused_with_advice(sshd: SSHServer, home: Path) ->
     assert info.value.host == "127.0.0.1"
 
 
-def test_accept_new_host_keys_records_the_key(sshd: SSHServer, home: Path) -> None:  # noqa: F811
+def test_accept_new_host_keys_records_the_key(sshd: SSHServer, home: Path) -> None:
     known = home / ".ssh" / "known_hosts"
     t = direct(sshd, ssh_config=None, accept_new_host_keys=True)
     assert t.run(["echo", "ok"], timeout=10).stdout == "ok\n"
@@ -208,7 +208,7 @@ def test_accept_new_host_keys_records_the_key(sshd: SSHServer, home: Path) -> No
     assert known.read_text() == text  # recorded once
 
 
-def test_changed_host_key_is_always_refused(sshd: SSHServer, home: Path) -> None:  # noqa: F811
+def test_changed_host_key_is_always_refused(sshd: SSHServer, home: Path) -> None:
     impostor = " ".join(Path(f"{sshd.wrong_key}.pub").read_text().split()[:2])
     known = home / ".ssh" / "known_hosts"
     known.write_text(f"[127.0.0.1]:{sshd.port} {impostor}\n")
@@ -228,7 +228,7 @@ def test_changed_host_key_is_always_refused(sshd: SSHServer, home: Path) -> None
 
 
 # -- failures ----------------------------------------------------------------------------
-def test_connection_refused_is_quick_and_clear(sshd: SSHServer) -> None:  # noqa: F811
+def test_connection_refused_is_quick_and_clear(sshd: SSHServer) -> None:
     t = direct(sshd, host="127.0.0.2")  # sshd listens on 127.0.0.1 only
     start = time.monotonic()
     with pytest.raises(Unreachable, match=rf"refused by 127\.0\.0\.2:{sshd.port}"):
@@ -236,7 +236,7 @@ def test_connection_refused_is_quick_and_clear(sshd: SSHServer) -> None:  # noqa
     assert time.monotonic() - start < 2
 
 
-def test_wrong_client_key_is_an_auth_failure(sshd: SSHServer) -> None:  # noqa: F811
+def test_wrong_client_key_is_an_auth_failure(sshd: SSHServer) -> None:
     t = direct(sshd, identity=[str(sshd.wrong_key)])
     t2 = direct(sshd, identity=[str(sshd.folder / "no-such-key")])
     for transport in (t, t2):
@@ -244,13 +244,13 @@ def test_wrong_client_key_is_an_auth_failure(sshd: SSHServer) -> None:  # noqa: 
             with_known_hosts(transport, sshd).run(["true"], timeout=10)
 
 
-def with_known_hosts(t: SSHTransport, sshd: SSHServer) -> SSHTransport:  # noqa: F811
+def with_known_hosts(t: SSHTransport, sshd: SSHServer) -> SSHTransport:
     known = Path(os.environ["HOME"]) / ".ssh" / "known_hosts"
     known.write_text(sshd.known_hosts_line())
     return t
 
 
-def test_not_an_ssh_server_and_no_traceback(sshd: SSHServer, capfd: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+def test_not_an_ssh_server_and_no_traceback(sshd: SSHServer, capfd: pytest.CaptureFixture[str]) -> None:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -271,7 +271,7 @@ def test_not_an_ssh_server_and_no_traceback(sshd: SSHServer, capfd: pytest.Captu
     assert "Traceback" not in capfd.readouterr().err
 
 
-def test_unknown_host_name(sshd: SSHServer) -> None:  # noqa: F811
+def test_unknown_host_name(sshd: SSHServer) -> None:
     t = direct(sshd, host="no-such-host.invalid", connect_timeout=3)
     with pytest.raises(Unreachable, match=r"cannot resolve the host name 'no-such-host\.invalid'"):
         t.run(["true"], timeout=5)
@@ -314,7 +314,7 @@ class FreezableProxy:
             s.close()
 
 
-def test_host_that_stops_answering_mid_run(sshd: SSHServer, home: Path) -> None:  # noqa: F811
+def test_host_that_stops_answering_mid_run(sshd: SSHServer, home: Path) -> None:
     proxy = FreezableProxy(sshd.port)
     try:
         (home / ".ssh" / "known_hosts").write_text(sshd.known_hosts_line(proxy.port))
@@ -340,7 +340,7 @@ def test_host_that_stops_answering_mid_run(sshd: SSHServer, home: Path) -> None:
 
 
 # -- ssh config ----------------------------------------------------------------------------
-def test_ssh_config_alias_is_honoured(sshd: SSHServer, home: Path) -> None:  # noqa: F811
+def test_ssh_config_alias_is_honoured(sshd: SSHServer, home: Path) -> None:
     # HOME has no known_hosts and no keys: only the config's IdentityFile and UserKnownHostsFile work
     t = SSHTransport(sshd.alias, ssh_config=str(sshd.ssh_config))
     assert t.host == sshd.alias
@@ -355,7 +355,7 @@ def test_ssh_config_alias_is_honoured(sshd: SSHServer, home: Path) -> None:  # n
     t.close()
 
 
-def test_explicit_options_override_the_config(sshd: SSHServer) -> None:  # noqa: F811
+def test_explicit_options_override_the_config(sshd: SSHServer) -> None:
     t = SSHTransport(sshd.alias, ssh_config=str(sshd.ssh_config), identity=[str(sshd.wrong_key)])
     with pytest.raises(Unreachable, match="authentication failed"):
         t.run(["true"], timeout=10)
@@ -364,7 +364,7 @@ def test_explicit_options_override_the_config(sshd: SSHServer) -> None:  # noqa:
         t.run(["true"], timeout=10)
 
 
-def test_proxy_jump(sshd: SSHServer) -> None:  # noqa: F811
+def test_proxy_jump(sshd: SSHServer) -> None:
     config = sshd.folder / "jump_config"
     config.write_text(
         sshd.ssh_config.read_text()
@@ -386,7 +386,7 @@ Host behind
     assert sshd.accepted_logins() == before + 2  # the jump host, then the target through it
 
 
-def test_proxy_command(sshd: SSHServer) -> None:  # noqa: F811
+def test_proxy_command(sshd: SSHServer) -> None:
     config = sshd.folder / "proxycommand_config"
     config.write_text(
         sshd.ssh_config.read_text()

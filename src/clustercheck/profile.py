@@ -17,6 +17,7 @@ once as FILE:LINE: message (ProfileError, exit 64).
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -31,25 +32,36 @@ _TOP_KEYS = {"name", "description", "extends", "check_dirs", "checks"}
 
 
 class _Map(dict[Any, Any]):
-    """A YAML mapping that remembers the line of each key (1-based)."""
+    """A YAML mapping that remembers the line of each key (1-based) and its repeated keys."""
 
-    line: int
-    key_lines: dict[Any, int]
+    def __init__(self, line: int = 1) -> None:
+        super().__init__()
+        self.line = line
+        self.key_lines: dict[Any, int] = {}
+        self.duplicates: list[tuple[Any, int]] = []  # (key, line of the repeat)
 
 
 _BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _LineLoader(_BaseLoader):  # type: ignore[misc]
-    pass
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # PyYAML's scalar constructors let plain Python errors out for values that match a
+        # tag's pattern but are not valid (`2020-13-45`, `!!int abc`, `!!float ` (IndexError),
+        # `!!bool x` (KeyError)): give them the node's position like every other YAML error.
+        try:
+            return super().construct_object(node, deep=deep)
+        except yaml.YAMLError:
+            raise
+        except Exception as exc:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"invalid value {node.value!r} for its type: {exc}", node.start_mark
+            ) from None
 
 
 def _construct_map(loader: Any, node: yaml.MappingNode) -> _Map:
     loader.flatten_mapping(node)
-    result = _Map()
-    result.line = node.start_mark.line + 1
-    result.key_lines = {}
-    duplicates = []
+    result = _Map(node.start_mark.line + 1)
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
         try:
@@ -59,10 +71,9 @@ def _construct_map(loader: Any, node: yaml.MappingNode) -> _Map:
                 None, None, "a mapping key must be a plain value", key_node.start_mark
             ) from None
         if key in result:
-            duplicates.append((key, key_node.start_mark.line + 1))
+            result.duplicates.append((key, key_node.start_mark.line + 1))
         result[key] = loader.construct_object(value_node, deep=True)
         result.key_lines[key] = key_node.start_mark.line + 1
-    result.key_lines.update({f"__duplicate__{k}": line for k, line in duplicates})
     return result
 
 
@@ -101,13 +112,17 @@ def resolve(ref: str, relative_to: Path | None = None) -> Path:
     candidates = []
     path = Path(ref)
     if relative_to is not None and not path.is_absolute():
-        candidates.append(relative_to / path)
-    candidates.append(path)
-    if "/" not in ref and not ref.endswith((".yaml", ".yml")):
+        candidates.append(relative_to / path)  # relative to the profile, never to the cwd
+    else:
+        candidates.append(path)
+    if ref and "/" not in ref and not ref.endswith((".yaml", ".yml")):
         candidates.append(bundled_dir() / f"{ref}.yaml")
     for c in candidates:
-        if c.is_file():
-            return c
+        try:
+            if c.is_file():
+                return c
+        except (OSError, ValueError):  # a name too long, a NUL byte: no such profile
+            continue
     names = ", ".join(p.stem for p in bundled_profiles())
     raise UsageError(f"profile {ref!r} not found: give a YAML file's path or a bundled profile ({names})")
 
@@ -116,13 +131,25 @@ def load(ref: str, *, extra_check_dirs: tuple[Path, ...] = ()) -> Profile:
     """Load, merge (extends) and validate a profile; raise ProfileError listing every problem."""
     path = resolve(ref)
     problems: list[str] = []
-    raw_checks, name, description, dirs = _load_chain(path, problems, seen=())
-    dirs = tuple(extra_check_dirs) + dirs
-    for d in dirs:
+    chain = _Chain()
+    raw_checks, name, description = _load_chain(path, problems, chain, seen=())
+    dirs: list[Path] = []
+    for d, where in [*((d, "--checks") for d in extra_check_dirs), *chain.dirs]:
+        dirs.append(d)
+        try:
+            is_dir = d.is_dir()
+        except (OSError, ValueError):  # a name too long, a NUL byte
+            is_dir = False
+        if not is_dir:
+            problems.append(f"{where}: the checks folder {_shown(d)} does not exist")
+            continue
         try:
             registry.load_dir(d)
-        except UsageError as exc:
+        except UsageError as exc:  # FILE:LINE of the site module that failed
             problems.append(str(exc))
+    for check_id, where in chain.dropped:
+        if registry.lookup(check_id) is None:
+            problems.append(f"{where}: `false` drops {_unknown(check_id)}")
     configs = []
     for check_id, (params, where) in raw_checks.items():
         config = _validate(check_id, params, where, problems)
@@ -130,22 +157,39 @@ def load(ref: str, *, extra_check_dirs: tuple[Path, ...] = ()) -> Profile:
             configs.append(config)
     if problems:
         raise ProfileError(problems)
-    return Profile(name, description, path, tuple(configs), dirs)
+    return Profile(name, description, path, tuple(configs), tuple(dirs))
+
+
+def _unknown(check_id: str) -> str:
+    close = difflib.get_close_matches(check_id, registry.known_ids(), n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown check {check_id!r}{hint}; `clustercheck checks` lists them"
 
 
 # raw check table: id -> ({param: (value, "file:line")}, "file:line of the id")
 _Raw = dict[str, tuple[dict[str, tuple[Any, str]], str]]
 
 
-def _load_chain(path: Path, problems: list[str], seen: tuple[Path, ...]) -> tuple[_Raw, str, str, tuple[Path, ...]]:
+@dataclass
+class _Chain:
+    """What a chain of profiles collects besides checks, each with its "file:line"."""
+
+    dirs: list[tuple[Path, str]] = field(default_factory=list)
+    dropped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _load_chain(
+    path: Path, problems: list[str], chain: _Chain, seen: tuple[Path, ...], via: str = ""
+) -> tuple[_Raw, str, str]:
+    """Read one profile and, first, the profiles it extends; `via` is the extends line here."""
     if path.resolve() in seen:
-        chain = " -> ".join(str(p) for p in (*seen, path.resolve()))
-        problems.append(f"{path}:1: profiles extend each other in a loop: {chain}")
-        return {}, path.stem, "", ()
+        loop = " -> ".join(str(p) for p in (*seen, path.resolve()))
+        problems.append(f"{via or f'{path}:1'}: profiles extend each other in a loop: {loop}")
+        return {}, path.stem, ""
     seen = (*seen, path.resolve())
     doc = _read_yaml(path, problems)
     if doc is None:
-        return {}, path.stem, "", ()
+        return {}, path.stem, ""
     here = f"{path}"
 
     def at(line: int) -> str:
@@ -154,66 +198,64 @@ def _load_chain(path: Path, problems: list[str], seen: tuple[Path, ...]) -> tupl
     for key in doc:
         if key not in _TOP_KEYS:
             problems.append(f"{at(doc.key_lines[key])}: unknown key {key!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
-    for key, line in doc.key_lines.items():
-        if isinstance(key, str) and key.startswith("__duplicate__"):
-            problems.append(f"{at(line)}: {key[13:]!r} is given twice")
+    for key, line in doc.duplicates:
+        problems.append(f"{at(line)}: {key!r} is given twice")
 
     raw: _Raw = {}
-    dirs: tuple[Path, ...] = ()
     name = _string(doc, "name", at, problems) or path.stem
     description = _string(doc, "description", at, problems) or ""
     parent = doc.get("extends")
     if parent is not None:
+        where = at(doc.key_lines["extends"])
         if not isinstance(parent, str):
-            problems.append(f"{at(doc.key_lines['extends'])}: extends must be a profile name or path")
+            problems.append(f"{where}: extends must be a profile name or path")
         else:
             try:
                 parent_path = resolve(parent, relative_to=path.parent)
             except UsageError as exc:
-                problems.append(f"{at(doc.key_lines['extends'])}: {exc}")
+                problems.append(f"{where}: {exc}")
             else:
-                raw, _, parent_description, dirs = _load_chain(parent_path, problems, seen)
+                raw, _, parent_description = _load_chain(parent_path, problems, chain, seen, via=where)
                 description = description or parent_description
 
     check_dirs = doc.get("check_dirs", [])
+    where = at(doc.key_lines.get("check_dirs", doc.line))
     if not (isinstance(check_dirs, list) and all(isinstance(d, str) for d in check_dirs)):
-        problems.append(f"{at(doc.key_lines.get('check_dirs', doc.line))}: check_dirs must be a list of folders")
+        problems.append(f"{where}: check_dirs must be a list of folders")
     else:
-        dirs = dirs + tuple((path.parent / d) for d in check_dirs)
+        chain.dirs.extend((path.parent / d, where) for d in check_dirs)
 
-    checks = doc.get("checks", {})
-    if "checks" in doc and not isinstance(checks, _Map):
+    checks = doc.get("checks", _Map())
+    if not isinstance(checks, _Map):
         problems.append(f"{at(doc.key_lines['checks'])}: checks must be a mapping of check id to parameters")
         checks = _Map()
-    elif not isinstance(checks, _Map):
-        checks = _Map()
-        checks.key_lines = {}
-    for key, line in checks.key_lines.items():
-        if isinstance(key, str) and key.startswith("__duplicate__"):
-            problems.append(f"{at(line)}: check {key[13:]} is listed twice")
+    for key, line in checks.duplicates:
+        problems.append(f"{at(line)}: check {_name(key)} is listed twice")
     for check_id, params in checks.items():
         line = checks.key_lines[check_id]
         if not isinstance(check_id, str):
             problems.append(f"{at(line)}: check ids are strings like node.memory, got {check_id!r}")
             continue
         if params is False:
-            raw.pop(check_id, None)
+            if raw.pop(check_id, None) is None:
+                chain.dropped.append((check_id, at(line)))
             continue
         if params is None or params is True:
             params = _Map()
-            params.key_lines = {}
         if not isinstance(params, _Map):
             problems.append(
-                f"{at(line)}: {check_id}: parameters must be a mapping like {{expected: 8}}, "
+                f"{at(line)}: {_name(check_id)}: parameters must be a mapping like {{expected: 8}}, "
                 f"empty for the defaults, or false to drop the check; got {params!r}"
             )
             continue
+        for pname, pline in params.duplicates:
+            problems.append(f"{at(pline)}: {_name(check_id)}: parameter {pname!r} is given twice")
         merged = dict(raw[check_id][0]) if check_id in raw else {}
         for pname, value in params.items():
             merged[str(pname)] = (value, at(params.key_lines.get(pname, line)))
         raw.pop(check_id, None)  # keep the order of the profile that last set it
         raw[check_id] = (merged, at(line))
-    return raw, name, description, dirs
+    return raw, name, description
 
 
 def _string(doc: _Map, key: str, at: Any, problems: list[str]) -> str | None:
@@ -226,19 +268,37 @@ def _string(doc: _Map, key: str, at: Any, problems: list[str]) -> str | None:
 
 def _read_yaml(path: Path, problems: list[str]) -> _Map | None:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(f"{path}:1: cannot read the profile: {exc}")
+        data = path.read_bytes()
+    except OSError as exc:
+        problems.append(f"{path}:1: cannot read the profile: {exc.strerror or exc}")
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        problems.append(f"{path}:{line}: not UTF-8 text: byte {data[exc.start]:#04x} at offset {exc.start}")
         return None
     try:
         doc = yaml.load(text, Loader=_LineLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
-        problems.append(f"{path}:{line}: YAML syntax error: {exc.problem or exc.context}")
+        kind = "YAML error" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error"
+        problems.append(f"{path}:{line}: {kind}: {_one_line(exc.problem or exc.context or exc)}")
+        return None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow; position: where
+        if _BaseLoader is yaml.SafeLoader:  # the Python reader counts characters, libyaml bytes
+            line = text[: exc.position].count("\n") + 1
+        else:
+            line = text.encode("utf-8")[: exc.position].count(b"\n") + 1
+        char = chr(exc.character) if isinstance(exc.character, int) else exc.character  # libyaml: a code point
+        problems.append(f"{path}:{line}: YAML error: character {char!r} is not allowed ({exc.reason})")
         return None
     except yaml.YAMLError as exc:
-        problems.append(f"{path}:1: YAML error: {exc}")
+        problems.append(f"{path}:1: YAML error: {_one_line(exc)}")
+        return None
+    except Exception as exc:  # a constructor's error outside construct_object (a top-level list), too deep
+        problems.append(f"{path}:1: YAML error: {type(exc).__name__}: {_one_line(exc)}")
         return None
     if doc is None:
         problems.append(f"{path}:1: the profile is empty; it needs at least `checks:`")
@@ -251,6 +311,21 @@ def _read_yaml(path: Path, problems: list[str]) -> _Map | None:
     return doc
 
 
+def _one_line(message: object) -> str:
+    return " ".join(str(message).split())
+
+
+def _name(key: object) -> str:
+    """A check id as written (node.memory), quoted when it is not plain printable text."""
+    return key if isinstance(key, str) and key.isprintable() and key.strip() == key and key else repr(key)
+
+
+def _shown(path: Path) -> str:
+    """A path as is, or quoted with escapes when it holds control characters."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
 def _validate(check_id: str, params: dict[str, tuple[Any, str]], where: str, problems: list[str]) -> CheckConfig | None:
     try:
         spec = registry.lookup(check_id)
@@ -258,9 +333,7 @@ def _validate(check_id: str, params: dict[str, tuple[Any, str]], where: str, pro
         problems.append(f"{where}: {exc}")
         return None
     if spec is None:
-        close = difflib.get_close_matches(check_id, registry.known_ids(), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        problems.append(f"{where}: unknown check {check_id!r}{hint}; `clustercheck checks` lists them")
+        problems.append(f"{where}: {_unknown(check_id)}")
         return None
     values: dict[str, Any] = {}
     timeout = spec.timeout
@@ -269,8 +342,8 @@ def _validate(check_id: str, params: dict[str, tuple[Any, str]], where: str, pro
         if pname == registry.TIMEOUT_PARAM:
             try:
                 timeout = registry.coerce(float, value)
-                if timeout <= 0:
-                    raise ValueError("the time budget must be more than 0 seconds")
+                if not (timeout > 0 and math.isfinite(timeout)):
+                    raise ValueError(f"the time budget must be a number of seconds more than 0, got {value!r}")
             except ValueError as exc:
                 problems.append(f"{pwhere}: {check_id}.timeout: {exc}")
                 ok = False
@@ -297,6 +370,7 @@ def _validate(check_id: str, params: dict[str, tuple[Any, str]], where: str, pro
 
 def json_schema() -> dict[str, Any]:
     """A JSON Schema of profiles for editors (yaml-language-server), from the registered checks."""
+    ws = r"[ \t\n\r\f\v]"  # registry.Size's ASCII \s (ECMA-262's \s is Unicode whitespace)
     types: dict[str, dict[str, Any]] = {
         "integer": {"type": "integer"},
         "number": {"type": "number"},
@@ -305,8 +379,8 @@ def json_schema() -> dict[str, Any]:
         "list of strings": {"type": "array", "items": {"type": "string"}},
         "size like 512GiB": {
             "anyOf": [
-                {"type": "integer", "minimum": 0},
-                {"type": "string", "pattern": r"^\s*[0-9.]+\s*[KMGTPEkmgtpe]?i?B?\s*$"},
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": rf"^{ws}*[0-9]+(\.[0-9]+)?{ws}*[KMGTPEkmgtpe]?[iI]?[bB]?{ws}*$"},
             ]
         },
     }
@@ -326,7 +400,7 @@ def json_schema() -> dict[str, Any]:
             "anyOf": [
                 {"type": "object", "properties": props, "additionalProperties": False, "required": required},
                 {"const": False},
-                *([{"type": "null"}] if not required else []),
+                *([{"type": "null"}, {"const": True}] if not required else []),
             ],
         }
     return {

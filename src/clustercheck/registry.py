@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 import pkgutil
 import re
 import sys
@@ -43,7 +44,8 @@ CheckFunc = Callable[..., "Result"]
 
 # -- sizes ----------------------------------------------------------------------------
 
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTPE]?)(i?)(B?)\s*$", re.IGNORECASE)
+# ASCII: under Unicode case folding the Kelvin sign would match K (and be no key of _POWERS)
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTPE]?)(i?)(B?)\s*$", re.IGNORECASE | re.ASCII)
 _POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5, "E": 6}
 
 
@@ -63,6 +65,8 @@ class Size(int):
                 raise ValueError(f"a size cannot be negative: {value}")
             return cls(value)
         if isinstance(value, float) and value >= 0:
+            if math.isinf(value):
+                raise ValueError(f"a size must be finite, got {value!r}")
             return cls(int(value))
         if isinstance(value, str):
             m = _SIZE_RE.match(value)
@@ -70,7 +74,10 @@ class Size(int):
                 number, prefix, binary, byte = m.groups()
                 decimal = byte and not binary and prefix
                 base = 1000 if decimal else 1024
-                return cls(int(float(number) * base ** _POWERS[prefix.upper()]))
+                n = float(number) * base ** _POWERS[prefix.upper()]
+                if math.isinf(n):
+                    raise ValueError(f"the size {value!r} is too large")
+                return cls(int(n))
         raise ValueError(f"expected a size like 512GiB, 1.9TiB or 500GB, got {value!r}")
 
     def __str__(self) -> str:
@@ -112,9 +119,17 @@ def coerce(kind: Any, value: object) -> Any:
     elif kind is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        if isinstance(value, float) and value.is_integer():  # 8.0, as JSON Schema's integer allows
+            return int(value)
     elif kind is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                number = float(value)
+            except OverflowError:
+                raise ValueError(f"the number {value} is too large") from None
+            if math.isnan(number):
+                raise ValueError("expected a number, got .nan (not a number)")
+            return number
     elif kind is str:
         if isinstance(value, str):
             return value
@@ -127,7 +142,8 @@ def coerce(kind: Any, value: object) -> Any:
             bad = next(v for v in value if not isinstance(v, str))
             raise ValueError(f"expected a list of strings, but it holds {bad!r}: quote it")
     shown = "nothing" if value is None else f"{value!r}"
-    raise ValueError(f"expected a {_TYPE_NAMES[kind]}, got {shown}")
+    name = _TYPE_NAMES[kind]
+    raise ValueError(f"expected {'an' if name[0] in 'aeiou' else 'a'} {name}, got {shown}")
 
 
 @dataclass(frozen=True)
@@ -255,12 +271,15 @@ def builtin_modules() -> list[str]:
 
 def load_dir(folder: Path) -> None:
     """Import every `*.py` in a site checks folder (as NHC sites drop scripts into theirs)."""
-    folder = folder.resolve()
+    try:
+        folder = folder.resolve()
+        is_dir = folder.is_dir()
+    except (OSError, ValueError):  # a name too long, a NUL byte
+        is_dir = False
     if folder in _loaded_dirs:
         return
-    if not folder.is_dir():
+    if not is_dir:
         raise UsageError(f"checks folder {folder} does not exist")
-    _loaded_dirs.add(folder)
     for path in sorted(folder.glob("*.py")):
         if path.name.startswith("_"):
             continue
@@ -273,11 +292,26 @@ def load_dir(folder: Path) -> None:
         try:
             spec.loader.exec_module(module)
         except UsageError:
+            sys.modules.pop(name, None)
             raise
-        except Exception as exc:
-            line = getattr(exc, "lineno", None)
-            where = f"{path}:{line}" if line else str(path)
-            raise UsageError(f"{where}: the check module failed to load: {type(exc).__name__}: {exc}") from exc
+        except (Exception, SystemExit) as exc:
+            sys.modules.pop(name, None)
+            where = str(path)
+            if isinstance(exc, SyntaxError) and exc.lineno:
+                where = f"{exc.filename or path}:{exc.lineno}"
+            else:  # the deepest frame of the module itself
+                tb = exc.__traceback__
+                lines = []
+                while tb is not None:
+                    if tb.tb_frame.f_code.co_filename == str(path):
+                        lines.append(tb.tb_lineno)
+                    tb = tb.tb_next
+                if lines:
+                    where = f"{path}:{lines[-1]}"
+            message = " ".join(str(exc).split())
+            raise UsageError(f"{where}: the check module failed to load: {type(exc).__name__}: {message}") from exc
+    # only once it all loaded: a folder that failed fails again on the next load, not silently
+    _loaded_dirs.add(folder)
 
 
 def _load_entry_points() -> None:

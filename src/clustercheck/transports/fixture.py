@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import re
 import shlex
@@ -96,12 +97,26 @@ class Fixture:
                 if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
                     raise FixtureError(f"{cmd_file}: `argv:` must be a non-empty list of strings")
                 code = record.get("exit_code")
-                if not (code is None or (isinstance(code, int) and not isinstance(code, bool))):
+                timed_out = record.get("timed_out", False)
+                if not isinstance(timed_out, bool):
+                    raise FixtureError(f"{cmd_file}: `timed_out:` must be true or false")
+                if not ((code is None and timed_out) or (isinstance(code, int) and not isinstance(code, bool))):
                     raise FixtureError(f"{cmd_file}: `exit_code:` must be an integer (or null when it timed out)")
-                if not isinstance(record.get("duration_s", 0.0), (int, float)):
-                    raise FixtureError(f"{cmd_file}: `duration_s:` must be a number of seconds")
+                if _seconds(record.get("duration_s", 0.0)) is None:
+                    raise FixtureError(f"{cmd_file}: `duration_s:` must be a number of seconds (0 or more)")
                 fixture.commands[tuple(argv)] = (cmd_file.parent, record)
         return fixture
+
+
+def _seconds(value: object) -> float | None:
+    """A duration as a float, or None unless a finite number of seconds, 0 or more."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _load_yaml(path: Path) -> Any:
@@ -117,21 +132,32 @@ def _load_yaml(path: Path) -> Any:
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 1
-        raise FixtureError(f"{path}:{line}: YAML syntax error: {exc.problem}") from exc
+        raise FixtureError(f"{path}:{line}: YAML syntax error: {_one_line(exc.problem or exc)}") from exc
     except yaml.YAMLError as exc:
-        raise FixtureError(f"{path}: YAML error: {exc}") from exc
+        raise FixtureError(f"{path}: YAML error: {_one_line(exc)}") from exc
+    except Exception as exc:
+        # PyYAML's constructors let plain Python errors out for values that match a tag's
+        # pattern but are not valid: `2020-13-45`, `!!int abc`, `!!float ` (IndexError) ...
+        raise FixtureError(f"{path}: YAML error: {type(exc).__name__}: {_one_line(exc)}") from exc
+
+
+def _one_line(message: object) -> str:
+    return " ".join(str(message).split())
 
 
 def find_fixtures(paths: Iterable[Path]) -> list[Fixture]:
     """Fixtures from folders that are a fixture or hold fixtures (a recorded cluster)."""
     found: list[Fixture] = []
     for path in paths:
-        if (path / MANIFEST).is_file():
+        if _is_file(path / MANIFEST):
             found.append(Fixture.load(path))
             continue
         if not path.is_dir():
             raise FixtureError(f"{path}: no such fixture folder")
-        subs = sorted(p for p in path.iterdir() if (p / MANIFEST).is_file())
+        try:
+            subs = sorted(p for p in path.iterdir() if _is_file(p / MANIFEST))
+        except OSError as exc:
+            raise FixtureError(f"{path}: cannot be read: {exc}") from exc
         if not subs:
             raise FixtureError(f"{path}: holds no {MANIFEST}, and none of its subfolders does")
         found.extend(Fixture.load(p) for p in subs)
@@ -140,6 +166,13 @@ def find_fixtures(paths: Iterable[Path]) -> list[Fixture]:
     if dupes:
         raise FixtureError(f"several fixtures claim the same host: {', '.join(dupes)}")
     return found
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # unreadable, a name too long
+        return False
 
 
 class ReplayTransport:
@@ -163,7 +196,7 @@ class ReplayTransport:
         if entry is None:
             raise self._missing(f"`{shlex.join(argv)}`")
         folder, record = entry
-        duration = float(record.get("duration_s", 0.0))
+        duration = float(record.get("duration_s", 0.0))  # checked by Fixture.load
         stdout = _read_optional(folder / "stdout")
         stderr = _read_optional(folder / "stderr")
         if record.get("timed_out") or duration > timeout:  # it would not have finished in this budget
@@ -174,25 +207,31 @@ class ReplayTransport:
         if path in self.fixture.absent:
             raise FileNotFoundError(path)
         local = self.fixture.path / "files" / path.lstrip("/")
-        if local.is_file():
-            return local.read_bytes().decode("utf-8", errors="replace")
+        if _is_file(local):
+            return _read_text(local)
         raise self._missing(f"the file {path}")
 
     def probe(self, name: str, *, timeout: float) -> Any:
-        base = self.fixture.path / "probes" / name
-        error = base.with_suffix(".error")
-        if error.is_file():
-            raise HostError(self.host, error.read_text(encoding="utf-8", errors="replace").strip())
-        record = base.with_suffix(".json")
-        if not record.is_file():
+        error, record = _probe_paths(self.fixture.path, name)
+        if _is_file(error):
+            raise HostError(self.host, _read_text(error).strip())
+        if not _is_file(record):
             raise self._missing(f"the probe {name!r}")
         try:
-            return json.loads(record.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise FixtureError(f"{record}: not valid JSON: {exc}") from exc
+            return json.loads(_read_text(record, errors="strict"))
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError; too deep
+            raise FixtureError(f"{record}: not valid JSON: {_one_line(exc)}") from exc
 
     def close(self) -> None:
         pass
+
+
+def _read_text(path: Path, errors: str = "replace") -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise FixtureError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+    return data.decode("utf-8", errors=errors)
 
 
 def _read_optional(path: Path) -> str:
@@ -200,6 +239,14 @@ def _read_optional(path: Path) -> str:
         return path.read_bytes().decode("utf-8", errors="replace")
     except FileNotFoundError:
         return ""
+    except OSError as exc:  # a folder, unreadable
+        raise FixtureError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
+
+
+def _probe_paths(folder: Path, name: str) -> tuple[Path, Path]:
+    """probes/<name>.error and probes/<name>.json (a name may hold dots: `nvml.v2`)."""
+    probes = folder / "probes"
+    return probes / f"{name}.error", probes / f"{name}.json"
 
 
 # -- recording ------------------------------------------------------------------------------
@@ -264,15 +311,15 @@ class RecordingTransport:
         return text
 
     def probe(self, name: str, *, timeout: float) -> Any:
-        base = self.out / "probes" / name
-        base.parent.mkdir(parents=True, exist_ok=True)
+        error, json_path = _probe_paths(self.out, name)
+        error.parent.mkdir(parents=True, exist_ok=True)
         try:
             record = self.inner.probe(name, timeout=timeout)
         except HostError as exc:
-            base.with_suffix(".error").write_text(self._clean(str(exc)) + "\n", encoding="utf-8")
+            error.write_text(self._clean(str(exc)) + "\n", encoding="utf-8")
             raise
         text = self._clean(json.dumps(record, indent=2, sort_keys=True))
-        base.with_suffix(".json").write_text(text + "\n", encoding="utf-8")
+        json_path.write_text(text + "\n", encoding="utf-8")
         return record
 
     def close(self) -> None:

@@ -1,0 +1,35 @@
+"""Shared test fixtures: write files into a temporary folder, run the CLI as a user would."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from tests.helpers import cli
+from tests.sshd import sshd  # noqa: F401  (the real OpenSSH server fixture)
+
+RunCli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture(scope="session")
+def run_cli() -> RunCli:
+    """`run_cli("run", "--profile", p)`: `python -m clustercheck ...` in a subprocess (tests.helpers.cli)."""
+    return cli
+
+
+@pytest.fixture
+def write(tmp_path: Path) -> Callable[[str, str | bytes], Path]:
+    """`write("a/site.yaml", text)`: the file under tmp_path (folders made), text or bytes."""
+
+    def write_file(name: str, content: str | bytes) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        return path
+
+    return write_file
