@@ -58,10 +58,8 @@ def test_bundled_profiles_load_by_name(name: str) -> None:
 
 def test_gpu_node_extends_base_and_overrides_services() -> None:
     base, gpu = profile.load("base"), profile.load("gpu-node")
-    assert [c.id for c in gpu.checks] == [c.id for c in base.checks if c.id != "node.services"] + [
-        "node.modules",
-        "node.services",
-    ]
+    # an overridden check keeps the parent's place; new checks follow
+    assert [c.id for c in gpu.checks] == [c.id for c in base.checks] + ["node.modules"]
     assert check(gpu, "node.services").params["running"] == ("slurmd", "munged", "nvidia-persistenced")
     assert check(gpu, "node.memory") == check(base, "node.memory")
     assert check(base, "node.memory").params == {"min_total": 4 * GiB, "min_available": 0}
@@ -309,8 +307,8 @@ def test_extends_a_bundled_profile_overriding_one_parameter(write: Any) -> None:
     assert memory.params == {"min_total": 4 * GiB, "min_available": 16 * GiB}  # base's min_total kept
     assert check(prof, "node.cpu").params["expected"] == 224
     assert check(prof, "node.kernel") == check(gpu, "node.kernel")
-    # the checks the child sets run in the child's order, after the inherited ones
-    assert [c.id for c in prof.checks] == ["node.kernel", "node.services", "node.modules", "node.memory", "node.cpu"]
+    # overridden checks keep the parent's order
+    assert [c.id for c in prof.checks] == [c.id for c in gpu.checks]
 
 
 def test_false_drops_an_inherited_check(write: Any) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -30,7 +29,7 @@ class LocalTransport:
     kind = "local"
 
     def __init__(self, host: str | None = None) -> None:
-        self.host = host or socket.gethostname()
+        self.host = host or os.uname().nodename
         self._running: set[subprocess.Popen[bytes]] = set()
 
     def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
