@@ -240,12 +240,50 @@ def main() -> int:
     if args.markdown:
         # Markdown: a hard line break (two spaces) after each non-table line.
         md = "\n".join(ln + "  " if ln and not ln.startswith("|") else ln for ln in lines) + "\n"
+        md = RESULTS_HEADER + md + RESULTS_NOTES
         if args.markdown == "-":
             sys.stdout.write(md)
             return 0
         Path(args.markdown).write_text(md)
     print("\n".join(lines))
     return 0
+
+
+RESULTS_HEADER = """# Prolog path: clustercheck vs LBNL NHC
+
+Target (issue #2): `clustercheck run --local --profile prolog --format json` (what a Slurm prolog
+runs on every job start) takes at most LBNL NHC's wall time on a comparable set of checks,
+measured in the same run, with `python -c pass` beside it. Written by `make bench`; only figures
+from one run are comparable (these machines are shared and noisy).
+
+## Figures
+
+"""
+
+RESULTS_NOTES = """
+## Reading
+
+- Both tools report the same problem on this VM: it has no `/proc/modules` (a kernel without
+  module support) and no NVIDIA driver, so `node.modules` is `error` (exit 3) and NHC's modules
+  line fails (exit 1). Both run every other check first; the exit codes do not change the timings.
+- The clustercheck prolog path imports neither Typer (0.29 pulls in pydantic: ~85 ms), Rich,
+  paramiko nor psutil: `cli.main()` runs a plain `run --local` itself (tests/test_cli.py asserts
+  it). What remains is interpreter start-up, the package and PyYAML imports, and the profile load;
+  the four checks take well under a millisecond each.
+- About 100 ms of NHC's time is its watchdog's shutdown (`kill_watchdog` sleeps 0.1 s); with
+  `-t 0` (no watchdog) the same NHC run takes ~27 ms. Sites run NHC with its watchdog on, which is
+  what is compared here.
+
+## Redoing the NHC side
+
+NHC is not a Debian 12 package and is not committed here. From the `mej/nhc` repository take
+`nhc`, `scripts/common.nhc`, `scripts/lbnl_hw.nhc` and `scripts/lbnl_file.nhc` (master after 1.4.3,
+`NHC_VERSION="1.5"`), lay them out as `PREFIX/sbin/nhc` (executable) and
+`PREFIX/etc/nhc/scripts/*.nhc`, `mkdir -p PREFIX/{libexec/nhc,var/run/nhc,var/log}`, then
+`make bench NHC=PREFIX/sbin/nhc NHC_CFG_PREFIX=PREFIX`. bench.py runs it with
+`-c bench/nhc.conf -l LOG -t 10 -r none` (`-r none`: never drain or resume through Slurm).
+`bench/nhc.conf` says which clustercheck check each of its lines matches.
+"""
 
 
 if __name__ == "__main__":
