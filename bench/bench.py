@@ -240,7 +240,7 @@ def main() -> int:
     if args.markdown:
         # Markdown: a hard line break (two spaces) after each non-table line.
         md = "\n".join(ln + "  " if ln and not ln.startswith("|") else ln for ln in lines) + "\n"
-        md = RESULTS_HEADER + md + RESULTS_NOTES
+        md = RESULTS_HEADER + md.replace(f"{HERE.parent}/", "") + RESULTS_NOTES  # paths relative to the repo
         if args.markdown == "-":
             sys.stdout.write(md)
             return 0
