@@ -232,3 +232,11 @@ def test_fast_path_and_typer_path_agree(tmp_path: Path) -> None:
     # a bad value on the fast path falls through to Typer's own error, exit 64
     bad = cli("run", "--local", "-p", "base", "-f", "yaml")
     assert bad.returncode == 64 and "yaml" in bad.stderr
+
+
+def test_jsonl_streams_each_host_as_it_finishes() -> None:
+    proc = cli("run", "--replay", str(DEMO / "gpu001"), str(DEMO / "gpu002"), "-p", SITE, "-f", "jsonl")
+    hosts = [json.loads(line)["host"] for line in proc.stdout.splitlines()]
+    assert sorted(set(hosts)) == ["gpu001", "gpu002"]
+    # each host's lines come together, as a block written when it finished
+    assert hosts == sorted(hosts, key=hosts.index)

@@ -255,3 +255,16 @@ def list_profiles(
     for path in profiles.bundled_profiles():
         prof = profiles.load(str(path))
         print(f"{prof.name:<12} {len(prof.checks):>3} checks  {prof.description}")
+
+
+def _register_commands() -> None:
+    import importlib
+    import pkgutil
+
+    from clustercheck import commands
+
+    for module in sorted(m.name for m in pkgutil.iter_modules(commands.__path__)):
+        importlib.import_module(f"clustercheck.commands.{module}").register(app)
+
+
+_register_commands()

@@ -21,7 +21,7 @@ from typing import Any, NoReturn, TextIO
 
 from clustercheck import __version__
 from clustercheck.errors import ClusterCheckError, HostError, UsageError
-from clustercheck.result import ExitCode
+from clustercheck.result import ExitCode, HostReport, Report
 
 FORMATS = ("table", "json", "jsonl", "junit", "prometheus")
 
@@ -129,6 +129,12 @@ def execute_run(
     from clustercheck import profile as profiles
 
     prof = profiles.load(profile or recorded_profile(transports), extra_check_dirs=checks_dirs)
+    on_host_done = None
+    if fmt == "jsonl" and output is None:  # stream: each host's lines as soon as it is done
+
+        def on_host_done(host: HostReport) -> None:
+            formats.render(Report(__version__, prof.name, (host,)), "jsonl", sys.stdout)
+
     report = runner.run_profile(
         prof,
         transports,
@@ -137,8 +143,10 @@ def execute_run(
         timeout=timeout,
         command_timeout=command_timeout,
         debug=state.debug,
+        on_host_done=on_host_done,
     )
-    write_output(lambda out: formats.render(report, fmt, out, verbose=verbose), output)
+    if on_host_done is None:
+        write_output(lambda out: formats.render(report, fmt, out, verbose=verbose), output)
     state.exit_code = int(report.exit_code)
 
 
