@@ -235,7 +235,7 @@ def test_fast_path_and_typer_path_agree(tmp_path: Path) -> None:
 
 
 def test_jsonl_streams_each_host_as_it_finishes() -> None:
-    proc = cli("run", "--replay", str(DEMO / "gpu001"), str(DEMO / "gpu002"), "-p", SITE, "-f", "jsonl")
+    proc = cli("run", "--replay", str(DEMO / "gpu001"), "--replay", str(DEMO / "gpu002"), "-p", SITE, "-f", "jsonl")
     hosts = [json.loads(line)["host"] for line in proc.stdout.splitlines()]
     assert sorted(set(hosts)) == ["gpu001", "gpu002"]
     # each host's lines come together, as a block written when it finished
