@@ -123,6 +123,7 @@ class Host:
         self.command_timeout = command_timeout
         self.deadline: float | None = None  # monotonic time the running check must end by
         self.observations: list[str] = []  # of the running check; the runner resets it
+        self.unreachable: str | None = None  # why, once the transport could not reach the node
         self._facts: dict[str, tuple[Any, BaseException | None, list[str]]] = {}
 
     # -- primitives ---------------------------------------------------------------

@@ -29,15 +29,11 @@ def run_checks(
 ) -> list[CheckResult]:
     """Run checks on one host in order; results are appended to `done` as they finish."""
     results = [] if done is None else done
-    unreachable: str | None = None
     for config in checks:
-        if unreachable is not None:
-            results.append(CheckResult(config.id, Status.ERROR, f"not run: {unreachable}"))
+        if host.unreachable is not None:  # one connection attempt per host, not one per check
+            results.append(CheckResult(config.id, Status.ERROR, f"not run: host unreachable: {host.unreachable}"))
             continue
-        result = run_one(host, config, debug=debug)
-        results.append(result)
-        if result.data.get("unreachable"):
-            unreachable = result.summary
+        results.append(run_one(host, config, debug=debug))
     return results
 
 
@@ -58,8 +54,8 @@ def run_one(host: Host, config: CheckConfig, *, debug: bool = False) -> CheckRes
         if status is Status.ERROR:
             raise TypeError("checks may not return `error` themselves; raise an exception instead")
     except Unreachable as exc:
+        host.unreachable = str(exc)
         status, summary, remedy, evidence = Status.ERROR, f"host unreachable: {exc}", "", []
-        data = {"unreachable": True}
     except HostError as exc:
         status, summary, remedy, evidence = Status.ERROR, str(exc), "", []
     except FileNotFoundError as exc:  # a file the check needs is absent: it cannot tell
