@@ -81,7 +81,7 @@ def kernel(
     """
     release = host.read("/proc/sys/kernel/osrelease").strip()
     taints = parse_taint(host.read("/proc/sys/kernel/tainted"))
-    data = {"release": release, "taints": [t[0] for t in taints]}
+    data = {"release": release, "taints": [t[0] for t in taints], "facts": {"kernel": release}}
     evidence = [f"kernel release {release}"] + [f"taint {letter}: {meaning}" for letter, meaning in taints]
     if allowed and not any(fnmatch.fnmatchcase(release, p) for p in allowed):
         return fail(
@@ -221,7 +221,7 @@ def cpu(host: Host, *, expected: int = 0, governor: str = "") -> Result:
     online = parse_cpu_list(host.read("/sys/devices/system/cpu/online"))
     present = parse_cpu_list(host.read("/sys/devices/system/cpu/present"))
     offline = present - online
-    data: dict[str, object] = {"online": len(online), "present": len(present)}
+    data: dict[str, object] = {"online": len(online), "present": len(present), "facts": {"cpus online": len(online)}}
     evidence = [f"online CPUs: {format_cpu_list(online)}", f"present CPUs: {format_cpu_list(present)}"]
     if offline:
         return fail(

@@ -136,6 +136,7 @@ GOLDEN_CASES = [
     ("junit", False, "junit.xml"),
     ("junit", True, "junit-verbose.xml"),
     ("prometheus", False, "metrics.prom"),
+    ("html", False, "report.html"),
 ]
 
 

@@ -32,6 +32,7 @@ class Format(str, Enum):
     jsonl = "jsonl"
     junit = "junit"
     prometheus = "prometheus"
+    html = "html"
 
 
 class ListFormat(str, Enum):

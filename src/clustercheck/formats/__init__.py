@@ -19,7 +19,7 @@ from clustercheck.result import Report
 __all__ = ["FORMATS", "Renderer", "escape_controls", "render", "renderer"]
 
 #: Every format name the CLI accepts, the default first.
-FORMATS = ("table", "json", "jsonl", "junit", "prometheus")
+FORMATS = ("table", "json", "jsonl", "junit", "prometheus", "html")
 
 # format -> (module, function); the module is imported only when that format is used.
 _RENDERERS: dict[str, tuple[str, str]] = {
@@ -28,6 +28,7 @@ _RENDERERS: dict[str, tuple[str, str]] = {
     "jsonl": ("clustercheck.formats.json", "render_jsonl"),
     "junit": ("clustercheck.formats.junit", "render"),
     "prometheus": ("clustercheck.formats.prometheus", "render"),
+    "html": ("clustercheck.formats.html", "render"),
 }
 
 

@@ -118,13 +118,60 @@ def render(
         highlight=False,
     )
     id_width = max((len(c.id) for h in report.hosts for c in h.checks), default=5)
-    for host in report.hosts:
+    fleet = len(report.hosts) > 1
+    shown = [h for h in report.hosts if verbose or not fleet or h.status not in (Status.OK, Status.SKIP)]
+    for host in shown:
         # The title is a line of its own, as a Table title would be padded with blanks.
         console.print(Text.assemble(_text(host.host, style="bold"), " ", _status(host.status)))
         console.print(_host_table(host, verbose=verbose, id_width=id_width))
         console.print()
+    if fleet:
+        _print_fleet(console, report, full=len(shown) == len(report.hosts))
     separator = "·" if console.encoding.lower().startswith("utf") else "-"
     console.print(_footer(report, separator=separator))
+
+
+def _print_fleet(console: Console, report: Report, *, full: bool) -> None:
+    """Several hosts: what they share, in a few lines (failures by check, drift, stragglers)."""
+    from clustercheck.analyzers.fleet import summarize
+    from clustercheck.hostlist import fold
+
+    fleet = summarize(report)
+    ok_hosts = fleet.hosts_by_status["ok"]
+    if ok_hosts and not full:
+        noun = "host" if len(ok_hosts) == 1 else "hosts"
+        console.print(Text.assemble(_status(Status.OK), f" ({len(ok_hosts)} {noun}, every check ok): ", fold(ok_hosts)))
+        console.print()
+    if fleet.groups:
+        console.print(Text("problems by check", style="bold"))
+        table = Table(box=box.SIMPLE_HEAD, highlight=False)
+        for column in ("status", "check", "hosts", "summary"):
+            table.add_column(column, overflow="fold", no_wrap=column == "status")
+        for group in fleet.groups:
+            summary, _ = group.summaries[0]
+            more = len(group.summaries) - 1
+            table.add_row(
+                _status(group.status),
+                _text(group.check),
+                _text(f"{fold(group.hosts)} ({len(group.hosts)})"),
+                _text(summary + (f"  (+{more} other summaries)" if more else "")),
+            )
+        console.print(table)
+    if fleet.drift:
+        console.print(Text("drift from the majority", style="bold"))
+        table = Table(box=box.SIMPLE_HEAD, highlight=False)
+        for column in ("fact", "majority", "differing hosts"):
+            table.add_column(column, overflow="fold")
+        for drift in fleet.drift:
+            others = "; ".join(f"{value} on {fold(hosts)}" for value, hosts in drift.others)
+            table.add_row(_text(drift.fact), _text(f"{drift.majority} ({drift.majority_hosts} hosts)"), _text(others))
+        console.print(table)
+    if fleet.stragglers:
+        slow = ", ".join(f"{s.host} {s.duration_s:.1f} s" for s in fleet.stragglers)
+        console.print(
+            Text.assemble(("stragglers", "bold"), f" (fleet median {fleet.stragglers[0].median_s:.1f} s): ", slow)
+        )
+        console.print()
 
 
 def _isatty(out: TextIO) -> bool:

@@ -1,0 +1,109 @@
+"""The html format: one self-contained page for a fleet (no network fetches, inline CSS).
+
+What an admin would rather look at than read for 500 nodes: the totals, a nodes x checks
+grid of coloured cells (hover for the summary), the problems grouped by check with folded
+hostlists, drift from the majority, stragglers, and each host's details (evidence and
+remedy) in a collapsible section. Every text from checks is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import TextIO
+
+from clustercheck.analyzers.fleet import summarize
+from clustercheck.hostlist import fold
+from clustercheck.result import Report, Status
+
+_COLOURS = {
+    Status.OK: "#2e7d32",
+    Status.WARN: "#f9a825",
+    Status.FAIL: "#c62828",
+    Status.SKIP: "#9e9e9e",
+    Status.ERROR: "#8e24aa",
+}
+
+_CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
+h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}
+table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
+th.check{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;white-space:nowrap}
+td.cell{width:1.4em;height:1.4em;padding:0}
+.st{color:#fff;border-radius:3px;padding:0 5px}
+details{margin:.3em 0}summary{cursor:pointer}pre{margin:.2em 0 .2em 1.5em;color:#555;white-space:pre-wrap}
+""" + "".join(f".s-{s.value}{{background:{c}}}" for s, c in _COLOURS.items())
+
+
+def _badge(status: Status) -> str:
+    return f'<span class="st s-{status.value}">{status.value}</span>'
+
+
+def _table_head(title: str, table_id: str, *columns: str) -> str:
+    heads = "".join(f"<th>{c}</th>" for c in columns)
+    return f'<h2>{title}</h2>\n<table id="{table_id}"><tr>{heads}</tr>\n'
+
+
+def render(report: Report, out: TextIO, *, verbose: bool = False) -> None:
+    fleet = summarize(report)
+    checks = list(dict.fromkeys(c.id for h in report.hosts for c in h.checks))
+    counts = report.counts()
+    w = out.write
+    w('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">')
+    w(f"<title>clustercheck {escape(report.profile)}: {report.status.value}</title>")
+    w(f"<style>{_CSS}</style></head><body>\n")
+    w(f"<h1>clustercheck {escape(report.version)} &middot; profile {escape(report.profile)} &middot; ")
+    w(f'{_badge(report.status)}</h1>\n<p id="totals">{len(report.hosts)} hosts: ')
+    w(", ".join(f"{len(h)} {s}" for s, h in fleet.hosts_by_status.items() if h))
+    w(" &middot; checks: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + "</p>\n")
+
+    w('<h2>Nodes &times; checks</h2>\n<table id="grid"><thead><tr><th>host</th>')
+    w("".join(f'<th class="check">{escape(c)}</th>' for c in checks) + "</tr></thead><tbody>\n")
+    for host in report.hosts:
+        by_id = {c.id: c for c in host.checks}
+        w(f'<tr class="host" data-host="{escape(host.host)}">')
+        w(f'<th><a href="#h-{escape(host.host)}">{escape(host.host)}</a></th>')
+        for check_id in checks:
+            c = by_id.get(check_id)
+            if c is None:
+                w('<td class="cell"></td>')
+                continue
+            tip = escape(f"{check_id}: {c.status.value}: {c.summary}")
+            w(f'<td class="cell s-{c.status.value}" title="{tip}"></td>')
+        w("</tr>\n")
+    w("</tbody></table>\n")
+
+    if fleet.groups:
+        w(_table_head("Problems by check", "groups", "status", "check", "hosts", "summary"))
+        for g in fleet.groups:
+            summaries = "<br>".join(f"{escape(s)} ({n})" for s, n in g.summaries)
+            w(f"<tr><td>{_badge(g.status)}</td><td>{escape(g.check)}</td>")
+            w(f"<td>{escape(fold(g.hosts))} ({len(g.hosts)})</td><td>{summaries}</td></tr>\n")
+        w("</table>\n")
+    if fleet.drift:
+        w(_table_head("Drift from the majority", "drift", "fact", "majority", "differing hosts"))
+        for d in fleet.drift:
+            others = "<br>".join(f"{escape(v)} on {escape(fold(h))}" for v, h in d.others)
+            majority = f"{escape(d.majority)} ({d.majority_hosts} hosts)"
+            w(f"<tr><td>{escape(d.fact)}</td><td>{majority}</td><td>{others}</td></tr>\n")
+        w("</table>\n")
+    if fleet.stragglers:
+        w(_table_head("Stragglers", "stragglers", "host", "checks took", "fleet median"))
+        for s in fleet.stragglers:
+            w(f"<tr><td>{escape(s.host)}</td><td>{s.duration_s:.1f} s</td><td>{s.median_s:.1f} s</td></tr>\n")
+        w("</table>\n")
+
+    w("<h2>Hosts</h2>\n")
+    for host in report.hosts:
+        is_open = " open" if host.status in (Status.FAIL, Status.ERROR) and len(report.hosts) <= 50 else ""
+        w(f'<details id="h-{escape(host.host)}"{is_open}>')
+        w(f"<summary>{escape(host.host)} {_badge(host.status)}</summary>\n")
+        w("<table><tr><th>check</th><th>status</th><th>summary</th></tr>\n")
+        for c in host.checks:
+            detail = ""
+            if c.evidence:
+                detail += "<pre>" + escape("\n".join(c.evidence)) + "</pre>"
+            if c.remedy:
+                detail += f"<div><b>remedy:</b> {escape(c.remedy)}</div>"
+            w(f"<tr><td>{escape(c.id)}</td><td>{_badge(c.status)}</td><td>{escape(c.summary)}{detail}</td></tr>\n")
+        w("</table></details>\n")
+    w("</body></html>\n")
