@@ -106,6 +106,9 @@ def run(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show evidence and remedies.")] = False,
     timeout: Annotated[float | None, typer.Option("--timeout", min=0.1, help="Seconds the whole run may take.")] = None,
     command_timeout: CommandTimeoutOpt = 10.0,
+    host_timeout: Annotated[
+        float | None, typer.Option("--host-timeout", min=0.1, help="Seconds one host's checks may take together.")
+    ] = None,
     jobs: JobsOpt = 32,
     ssh_config: SshConfigOpt = None,
     user: UserOpt = None,
@@ -133,6 +136,7 @@ def run(
         verbose=verbose,
         timeout=timeout,
         command_timeout=command_timeout,
+        host_timeout=host_timeout,
         jobs=jobs,
     )
 

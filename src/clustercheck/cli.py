@@ -122,6 +122,7 @@ def execute_run(
     verbose: bool = False,
     timeout: float | None = None,
     command_timeout: float = 10.0,
+    host_timeout: float | None = None,
     jobs: int = 32,
 ) -> None:
     """`clustercheck run`: load the profile, run it, render the report, set the exit code."""
@@ -142,6 +143,7 @@ def execute_run(
         jobs=jobs,
         timeout=timeout,
         command_timeout=command_timeout,
+        host_timeout=host_timeout,
         debug=state.debug,
         on_host_done=on_host_done,
     )

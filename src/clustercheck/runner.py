@@ -25,24 +25,37 @@ OnHostDone = Callable[[HostReport], None]
 
 
 def run_checks(
-    host: Host, checks: Sequence[CheckConfig], *, debug: bool = False, done: list[CheckResult] | None = None
+    host: Host,
+    checks: Sequence[CheckConfig],
+    *,
+    debug: bool = False,
+    done: list[CheckResult] | None = None,
+    host_timeout: float | None = None,
 ) -> list[CheckResult]:
-    """Run checks on one host in order; results are appended to `done` as they finish."""
+    """Run checks on one host in order; results are appended to `done` as they finish.
+
+    `host_timeout` bounds all of the host's checks together (a per-host deadline), on top
+    of each check's own budget.
+    """
     results = [] if done is None else done
+    host_deadline = None if host_timeout is None else time.monotonic() + host_timeout
     for config in checks:
         if host.unreachable is not None:  # one connection attempt per host, not one per check
             results.append(CheckResult(config.id, Status.ERROR, f"not run: host unreachable: {host.unreachable}"))
-            continue
-        results.append(run_one(host, config, debug=debug))
+        elif host_deadline is not None and time.monotonic() >= host_deadline:
+            why = f"not run: the host's deadline (--host-timeout {host_timeout:g} s) expired"
+            results.append(CheckResult(config.id, Status.ERROR, why))
+        else:
+            results.append(run_one(host, config, debug=debug, deadline=host_deadline))
     return results
 
 
-def run_one(host: Host, config: CheckConfig, *, debug: bool = False) -> CheckResult:
+def run_one(host: Host, config: CheckConfig, *, debug: bool = False, deadline: float | None = None) -> CheckResult:
     spec = registry.lookup(config.id)
     assert spec is not None, f"profile validation let an unknown check through: {config.id}"
     host.observations = []
     start = time.monotonic()
-    host.deadline = start + config.timeout
+    host.deadline = min(start + config.timeout, deadline or float("inf"))
     data: dict[str, object] = {}
     try:
         result = spec.func(host, **config.params)
@@ -78,6 +91,7 @@ def run_profile(
     jobs: int = 32,
     timeout: float | None = None,
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    host_timeout: float | None = None,
     debug: bool = False,
     on_host_done: OnHostDone | None = None,
 ) -> Report:
@@ -99,9 +113,8 @@ def run_profile(
                 return
             transport = transports[i]
             try:
-                run_checks(
-                    Host(transport, command_timeout=command_timeout), profile.checks, debug=debug, done=partial[i]
-                )
+                host = Host(transport, command_timeout=command_timeout)
+                run_checks(host, profile.checks, debug=debug, done=partial[i], host_timeout=host_timeout)
             finally:
                 with contextlib.suppress(Exception):
                     transport.close()
