@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import cli
-from tests.sshd import sshd  # noqa: F401  (the real OpenSSH server fixture)
+from tests.sshd import fleet_sshd, sshd  # noqa: F401  (real OpenSSH server fixtures)
 
 RunCli = Callable[..., "subprocess.CompletedProcess[str]"]
 

@@ -171,3 +171,73 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
         yield server
     finally:
         stop_sshd(server, proc)
+
+
+# -- many "nodes": one address each on loopback ---------------------------------------------------
+
+#: OpenSSH accepts at most 16 ListenAddress lines per daemon (MAX_LISTEN_SOCKS).
+MAX_LISTEN = 16
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Loopback addresses served by sshd daemons that share the test server's keys and port."""
+
+    server: SSHServer
+    addresses: tuple[str, ...]
+    ssh_config: Path  # `Host 127.0.0.*`: Port, User, IdentityFile, UserKnownHostsFile (all addresses)
+    known_hosts: Path
+
+
+def start_fleet(server: SSHServer, addresses: list[str], folder: Path) -> tuple[Fleet, list[subprocess.Popen[bytes]]]:
+    """Serve `addresses` on the test server's port with ceil(N/16) more sshd daemons."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = (server.folder / "sshd_config").read_text()
+    base = "\n".join(line for line in base.splitlines() if not line.startswith(("ListenAddress", "PidFile")))
+    procs = []
+    for n in range(0, len(addresses), MAX_LISTEN):
+        chunk = addresses[n : n + MAX_LISTEN]
+        config = folder / f"sshd_config.{n // MAX_LISTEN}"
+        listen = "".join(f"ListenAddress {a}\n" for a in chunk)
+        config.write_text(f"{base}\n{listen}PidFile {folder}/sshd.{n // MAX_LISTEN}.pid\n")
+        log = folder / f"sshd.{n // MAX_LISTEN}.log"
+        procs.append(subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)], stdin=subprocess.DEVNULL))
+    deadline = time.monotonic() + 15
+    for address in addresses:
+        while True:
+            try:
+                with socket.create_connection((address, server.port), timeout=0.5) as s:
+                    s.settimeout(2)
+                    if s.recv(64).startswith(b"SSH-"):
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                for p in procs:
+                    p.kill()
+                pytest.fail(f"the fleet sshd did not answer on {address}:{server.port} within 15 s ({folder})")
+            time.sleep(0.05)
+    known_hosts = folder / "known_hosts"
+    known_hosts.write_text("".join(server.known_hosts_line().replace("127.0.0.1", a, 1) for a in addresses))
+    ssh_config = folder / "ssh_config"
+    ssh_config.write_text(
+        f"Host 127.0.0.*\n    Port {server.port}\n    User {server.user}\n"
+        f"    IdentityFile {server.client_key}\n    IdentitiesOnly yes\n    UserKnownHostsFile {known_hosts}\n"
+    )
+    return Fleet(server, tuple(addresses), ssh_config, known_hosts), procs
+
+
+@pytest.fixture(scope="session")
+def fleet_sshd(sshd: SSHServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """64 "nodes": 127.0.0.2 ... 127.0.0.65, all served by sshd on the test server's port."""
+    fleet, procs = start_fleet(sshd, [f"127.0.0.{i}" for i in range(2, 66)], tmp_path_factory.mktemp("fleet"))
+    try:
+        yield fleet
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()

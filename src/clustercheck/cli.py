@@ -58,7 +58,7 @@ def make_transports(
         from clustercheck.hostlist import expand
         from clustercheck.transports.ssh import SSHTransport
 
-        if ssh_config is not None and not ssh_config.is_file():
+        if ssh_config is not None and not ssh_config.exists():  # `-F /dev/null` is a common idiom
             raise UsageError(f"--ssh-config {ssh_config}: no such file")
         return [
             SSHTransport(
@@ -130,10 +130,17 @@ def execute_run(
     from clustercheck import profile as profiles
 
     prof = profiles.load(profile or recorded_profile(transports), extra_check_dirs=checks_dirs)
-    on_host_done = None
-    if fmt == "jsonl" and output is None:  # stream: each host's lines as soon as it is done
+    stream = fmt == "jsonl" and output is None  # each host's lines as soon as it is done
+    progress = None
+    if len(transports) > 1 and any(t.kind != "replay" for t in transports):  # replays are instant
+        from clustercheck.progress import Progress
 
-        def on_host_done(host: HostReport) -> None:
+        progress = Progress(len(transports))
+
+    def on_host_done(host: HostReport) -> None:
+        if progress is not None:
+            progress.host_done(host)
+        if stream:
             formats.render(Report(__version__, prof.name, (host,)), "jsonl", sys.stdout)
 
     report = runner.run_profile(
@@ -147,7 +154,9 @@ def execute_run(
         debug=state.debug,
         on_host_done=on_host_done,
     )
-    if on_host_done is None:
+    if progress is not None:
+        progress.close()
+    if not stream:
         write_output(lambda out: formats.render(report, fmt, out, verbose=verbose), output)
     state.exit_code = int(report.exit_code)
 
