@@ -19,6 +19,7 @@ import contextlib
 import functools
 import importlib
 import shlex
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -197,6 +198,30 @@ class Host:
                 raise CommandTimeout(self.name, f"the check ran out of time before it could {what}")
             budget = min(budget, left)
         return budget
+
+
+def in_thread(call: Callable[[], T], timeout: float, name: str) -> T:
+    """`call()` in a daemon thread; TimeoutError when it has not returned within `timeout`.
+
+    For what cannot be interrupted (a read on a hung NFS mount, a DNS lookup): the thread is
+    abandoned, and a daemon thread never keeps the process alive. `call`'s exception is raised.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"{name} did not finish within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
 
 
 def fact(gather: Callable[[Host], T]) -> Callable[[Host], T]:

@@ -13,13 +13,12 @@ import contextlib
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from clustercheck.errors import CommandTimeout, HostError, ProbeUnavailable
-from clustercheck.host import CommandResult, get_probe
+from clustercheck.host import CommandResult, get_probe, in_thread
 
 _ENV = {**os.environ, "LC_ALL": "C", "LANG": "C"}
 _SAFE_PREFIXES = ("/proc/", "/sys/")  # kernel pseudo-files never block
@@ -67,22 +66,12 @@ class LocalTransport:
     def read(self, path: str, *, timeout: float) -> str:
         if path.startswith(_SAFE_PREFIXES):
             return _read_text(path, self.host)
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["text"] = _read_text(path, self.host)
-            except BaseException as exc:
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, name=f"read {path}", daemon=True)
-        thread.start()
-        thread.join(timeout)
-        if thread.is_alive():
-            raise CommandTimeout(self.host, f"reading {path} did not finish within {timeout:g} s (a hung filesystem?)")
-        if "error" in box:
-            raise box["error"]
-        return str(box["text"])
+        try:
+            return in_thread(lambda: _read_text(path, self.host), timeout, f"reading {path}")
+        except TimeoutError:
+            raise CommandTimeout(
+                self.host, f"reading {path} did not finish within {timeout:g} s (a hung filesystem?)"
+            ) from None
 
     def probe(self, name: str, *, timeout: float) -> Any:
         probe = get_probe(name)

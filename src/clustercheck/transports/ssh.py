@@ -50,7 +50,7 @@ from typing import Any
 import paramiko
 
 from clustercheck.errors import CommandTimeout, HostError, Unreachable
-from clustercheck.host import CommandResult, get_probe
+from clustercheck.host import CommandResult, get_probe, in_thread
 
 # paramiko logs tracebacks at ERROR level from its transport thread (e.g. "Exception
 # (client): Error reading SSH protocol banner"). With no handler configured anywhere,
@@ -616,22 +616,11 @@ def _tcp_connect(hostname: str, port: int, timeout: float) -> socket.socket:
         ipaddress.ip_address(hostname)
         infos = socket.getaddrinfo(hostname, port, type=socket.SOCK_STREAM)
     except ValueError:
-        box: dict[str, Any] = {}
-
-        def lookup() -> None:
-            try:
-                box["infos"] = socket.getaddrinfo(hostname, port, type=socket.SOCK_STREAM)
-            except BaseException as exc:
-                box["error"] = exc
-
-        thread = threading.Thread(target=lookup, name=f"resolve {hostname}", daemon=True)
-        thread.start()
-        thread.join(timeout)
-        if thread.is_alive():
+        lookup = lambda: socket.getaddrinfo(hostname, port, type=socket.SOCK_STREAM)  # noqa: E731
+        try:
+            infos = in_thread(lookup, timeout, f"resolving {hostname}")
+        except TimeoutError:
             raise socket.gaierror(errno.ETIMEDOUT, f"no answer from DNS within {timeout:g} s") from None
-        if "error" in box:
-            raise box["error"] from None
-        infos = box["infos"]
     error: OSError = OSError(f"no address for {hostname}")
     for family, kind, proto, _, addr in infos:
         sock = socket.socket(family, kind, proto)
