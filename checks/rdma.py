@@ -1,0 +1,1130 @@
+"""RDMA readiness: InfiniBand/RoCE HCAs and ports, the devices jobs open, locked memory, NCCL settings.
+
+Reads, in one shell command per node (`sh -c`, read only): `grep -H .` over
+/sys/class/infiniband/*/ports/*/{state,phys_state,rate,link_layer},
+/sys/class/infiniband/*/fw_ver and /sys/class/infiniband_verbs/uverbs*/ibdev; `stat` of
+/dev/infiniband/*; a listing of libibverbs.so.1 and the verbs providers
+(`<libdir>/libibverbs/lib<name>-rdmav<N>.so`). Only when sysfs shows no HCA: `ibstat`, then
+`ibv_devinfo`. For the locked-memory limit: `pgrep -o -x slurmd`, /proc/<pid>/limits and
+slurm.conf. For NCCL settings: /etc/nccl.conf, `ls -1 /sys/class/net` (only when
+NCCL_SOCKET_IFNAME is set) and, when the profile names the job image, the in-image probe
+that checks/container.py also uses. Nothing here writes.
+
+The check `rdma.nccl_env` lives here for now (the `nccl` module is the NCCL log analysis);
+its id may move to `nccl.env`.
+
+The in-image probe (`PROBE_SCRIPT`, `image_probe`) is shared with container.py.
+"""
+
+# Sources: ../shared/reference/domain-facts.md §F (sysfs formats), §C.2/§C.5 (what NCCL logs
+# when RDMA is missing), §C.3 (NCCL variables and the NCCL_IB_HCA syntax).
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from clustercheck import Host, Result, Size, check, fact, fail, ok, warn
+from clustercheck.errors import CommandTimeout, HostError
+from clustercheck.registry import human_size
+
+# -- model --------------------------------------------------------------------------------
+
+# Kernel port states and physical states, drivers/infiniband/core/sysfs.c (domain-facts §F).
+PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+PHYS_STATES = {
+    1: "Sleep",
+    2: "Polling",
+    3: "Disabled",
+    4: "PortConfigurationTraining",
+    5: "LinkUp",
+    6: "LinkErrorRecovery",
+    7: "Phy Test",
+}
+
+
+@dataclass(frozen=True)
+class Port:
+    """One HCA port as the node reports it (sysfs, ibstat or ibv_devinfo)."""
+
+    hca: str
+    port: int
+    state: str = ""  # ACTIVE, DOWN, INIT, ARMED ... ("" when not reported)
+    phys_state: str = ""  # LinkUp, Disabled, Polling ...
+    rate_gbps: float | None = None
+    rate: str = ""  # as printed: "400 Gb/sec (4X NDR)"
+    link_layer: str = ""  # InfiniBand, Ethernet
+
+    @property
+    def label(self) -> str:
+        return f"{self.hca} port {self.port}"
+
+
+@dataclass(frozen=True)
+class DevNode:
+    """A character device under /dev/infiniband: octal mode bits, owner and group."""
+
+    path: str
+    mode: int
+    user: str
+    group: str
+
+    def usable_by_jobs(self, job_group: str = "") -> bool:
+        """Jobs run as ordinary users: read+write for others, or for `job_group` when it owns the node."""
+        if self.mode & 0o006 == 0o006:
+            return True
+        return bool(job_group) and self.group == job_group and self.mode & 0o060 == 0o060
+
+    def describe(self) -> str:
+        return f"{self.path} {self.mode:04o} {self.user}:{self.group}"
+
+
+@dataclass
+class RdmaNode:
+    """What one node shows of RDMA: HCAs and their ports, uverbs devices, userspace libraries."""
+
+    ports: dict[str, list[Port]] = field(default_factory=dict)  # HCA -> ports (maybe none)
+    firmware: dict[str, str] = field(default_factory=dict)  # HCA -> fw_ver
+    uverbs: dict[str, str] = field(default_factory=dict)  # uverbsN -> HCA
+    devices: dict[str, DevNode] = field(default_factory=dict)  # /dev/infiniband/x -> node
+    libraries: list[str] = field(default_factory=list)
+    source: str = "sysfs"  # or "ibstat" / "ibv_devinfo" when sysfs showed no HCA
+
+    @property
+    def hcas(self) -> list[str]:
+        return sorted(self.ports, key=natural_key)
+
+    def uverbs_of(self, hca: str) -> str | None:
+        return next((u for u, h in sorted(self.uverbs.items()) if h == hca), None)
+
+
+def natural_key(name: str) -> tuple[tuple[int, str], ...]:
+    """Sort mlx5_2 before mlx5_10."""
+    return tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", name) if p)
+
+
+def select(names: Iterable[str], patterns: Sequence[str]) -> list[str]:
+    """The names matching any shell pattern (all of them when there is no pattern), naturally sorted."""
+    chosen = [n for n in names if not patterns or any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    return sorted(chosen, key=natural_key)
+
+
+def span(names: Sequence[str]) -> str:
+    """'mlx5_0..mlx5_7' for a list of names, or the names themselves when there are few."""
+    if len(names) > 3:
+        return f"{names[0]}..{names[-1]}"
+    return ", ".join(names)
+
+
+# -- parsers (pure) ------------------------------------------------------------------------
+
+_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)(?:\s*Gb/sec)?(?:\s*\((.*)\))?\s*$")
+
+
+def parse_rate(text: str) -> float | None:
+    """'400 Gb/sec (4X NDR)' (sysfs), '400' (ibstat), '2.5 Gb/sec (1X SDR)' -> Gb/s."""
+    m = _RATE_RE.match(text)
+    return float(m.group(1)) if m else None
+
+
+def parse_state(text: str) -> str:
+    """'4: ACTIVE' (sysfs), 'Active' (ibstat), 'PORT_ACTIVE (4)' (ibv_devinfo) -> 'ACTIVE'."""
+    text = text.strip()
+    m = re.match(r"^(\d+):\s*(\S.*)$", text)
+    if m:
+        return PORT_STATES.get(int(m.group(1)), m.group(2).strip().upper())
+    m = re.match(r"^PORT_(\w+)\s*(?:\((\d+)\))?$", text)
+    if m:
+        return PORT_STATES.get(int(m.group(2)), m.group(1)) if m.group(2) else m.group(1)
+    upper = text.upper()
+    return "INIT" if upper == "INITIALIZING" else upper  # ibstat spells INIT out
+
+
+def parse_phys_state(text: str) -> str:
+    """'5: LinkUp' (sysfs), 'LinkUp' (ibstat), 'LINK_UP (5)' (ibv_devinfo -v) -> 'LinkUp'."""
+    text = text.strip()
+    m = re.match(r"^(\d+):\s*(\S.*)$", text) or re.match(r"^\S.*\((\d+)\)$", text)
+    if m:
+        return PHYS_STATES.get(int(m.group(1)), m.group(2).strip() if m.lastindex == 2 else text)
+    return text
+
+
+def split_sections(text: str) -> dict[str, list[str]]:
+    """Output of a probe script that marks sections with `## name` lines -> {name: lines}.
+
+    Lines before the first marker (an image entrypoint's banner) are dropped.
+    """
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        m = re.match(r"^## ([\w.]+)\s*$", line)
+        if m:
+            current = sections.setdefault(m.group(1), [])
+        elif current is not None and line.strip():
+            current.append(line.rstrip())
+    return sections
+
+
+_SYSFS_PORT_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/ports/(\d+)/(state|phys_state|rate|link_layer)$")
+_SYSFS_FW_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/fw_ver$")
+_SYSFS_UVERBS_RE = re.compile(r"^/sys/class/infiniband_verbs/(uverbs\d+)/ibdev$")
+
+
+def parse_sysfs(lines: Iterable[str]) -> RdmaNode:
+    """`grep -H . <sysfs files>` lines ('PATH:VALUE') -> HCAs, ports, firmware and uverbs map."""
+    node = RdmaNode()
+    fields: dict[tuple[str, int], dict[str, str]] = {}
+    for line in lines:
+        path, sep, value = line.partition(":")
+        if not sep:
+            continue
+        value = value.strip()
+        m = _SYSFS_PORT_RE.match(path)
+        if m:
+            fields.setdefault((m.group(1), int(m.group(2))), {})[m.group(3)] = value
+            continue
+        m = _SYSFS_FW_RE.match(path)
+        if m:
+            node.firmware[m.group(1)] = value
+            node.ports.setdefault(m.group(1), [])
+            continue
+        m = _SYSFS_UVERBS_RE.match(path)
+        if m and value:
+            node.uverbs[m.group(1)] = value
+    for (hca, number), f in sorted(fields.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1])):
+        node.ports.setdefault(hca, []).append(
+            Port(
+                hca,
+                number,
+                parse_state(f["state"]) if "state" in f else "",
+                parse_phys_state(f["phys_state"]) if "phys_state" in f else "",
+                parse_rate(f["rate"]) if "rate" in f else None,
+                f.get("rate", ""),
+                f.get("link_layer", ""),
+            )
+        )
+    return node
+
+
+def parse_stat_devices(lines: Iterable[str]) -> dict[str, DevNode]:
+    """`stat -c '%n %a %U %G' /dev/infiniband/*` lines -> {path: DevNode}."""
+    devices = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 4 and parts[0].startswith("/dev/") and re.fullmatch(r"[0-7]{1,4}", parts[1]):
+            devices[parts[0]] = DevNode(parts[0], int(parts[1], 8), parts[2], parts[3])
+    return devices
+
+
+def parse_ibstat(text: str) -> dict[str, list[Port]]:
+    """`ibstat` output -> {HCA: ports}. Tolerates lost indentation, `ibwarn:`/`+ ` debug lines and
+    a trailing `ibpanic:` (ibstat exits non-zero when one CA disappears, corpus pr-gpud-752)."""
+    hcas: dict[str, list[Port]] = {}
+    hca: str | None = None
+    number: int | None = None
+    f: dict[str, str] = {}
+
+    def flush() -> None:
+        if hca is not None and number is not None:
+            hcas[hca].append(
+                Port(
+                    hca,
+                    number,
+                    parse_state(f["State"]) if "State" in f else "",
+                    parse_phys_state(f["Physical state"]) if "Physical state" in f else "",
+                    parse_rate(f["Rate"]) if "Rate" in f else None,
+                    f"{f['Rate']} Gb/sec" if "Rate" in f else "",
+                    f.get("Link layer", ""),
+                )
+            )
+
+    for raw in text.splitlines():
+        line = raw.strip()
+        m = re.match(r"^CA '([^']+)'$", line)
+        if m:
+            flush()
+            hca, number, f = m.group(1), None, {}
+            hcas.setdefault(hca, [])
+            continue
+        m = re.match(r"^Port (\d+):$", line)
+        if m and hca is not None:
+            flush()
+            number, f = int(m.group(1)), {}
+            continue
+        key, sep, value = line.partition(":")
+        if sep and number is not None:
+            f[key.strip()] = value.strip()
+    flush()
+    return hcas
+
+
+def parse_ibv_devinfo(text: str) -> dict[str, list[Port]]:
+    """`ibv_devinfo` (or `-v`) output -> {HCA: ports}. State and link layer only (no rate without -v)."""
+    hcas: dict[str, list[Port]] = {}
+    hca: str | None = None
+    number: int | None = None
+    f: dict[str, str] = {}
+
+    def flush() -> None:
+        if hca is not None and number is not None:
+            rate = None
+            width = re.match(r"(\d+)X", f.get("active_width", ""))
+            speed = re.match(r"([\d.]+) Gbps", f.get("active_speed", ""))
+            if width and speed:
+                rate = int(width.group(1)) * float(speed.group(1))
+            hcas[hca].append(
+                Port(
+                    hca,
+                    number,
+                    parse_state(f["state"]) if "state" in f else "",
+                    parse_phys_state(f["phys_state"]) if "phys_state" in f else "",
+                    rate,
+                    f"{rate:g} Gb/sec" if rate is not None else "",
+                    f.get("link_layer", ""),
+                )
+            )
+
+    for raw in text.splitlines():
+        line = raw.strip()
+        key, sep, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if not sep:
+            continue
+        if key == "hca_id":
+            flush()
+            hca, number, f = value, None, {}
+            hcas.setdefault(hca, [])
+        elif key == "port" and hca is not None and value.isdigit():
+            flush()
+            number, f = int(value), {}
+        elif number is not None:
+            f[key] = value
+    flush()
+    return hcas
+
+
+_PROVIDER_RE = re.compile(r"^lib(.+)-rdmav\d+\.so$")
+
+
+def verbs_libraries(paths: Iterable[str]) -> tuple[list[str], dict[str, str]]:
+    """Paths from the library listing -> (libibverbs.so.1 paths, {provider name: path})."""
+    core: list[str] = []
+    providers: dict[str, str] = {}
+    for path in paths:
+        base = path.rsplit("/", 1)[-1]
+        if base == "libibverbs.so.1":
+            core.append(path)
+        m = _PROVIDER_RE.match(base)
+        if m and "/libibverbs/" in path:
+            providers.setdefault(m.group(1), path)
+    return core, providers
+
+
+# -- gathering -------------------------------------------------------------------------------
+
+# Where libibverbs.so.1 lives on RHEL (lib64), Debian/Ubuntu (multiarch) and in images, plus
+# LD_LIBRARY_PATH; providers sit in <libdir>/libibverbs/lib<name>-rdmav<ABI>.so (rdma-core).
+LIBRARY_SCAN = (
+    "for d in /usr/lib64 /lib64 /usr/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu "
+    "/usr/lib/powerpc64le-linux-gnu $(echo \"${LD_LIBRARY_PATH:-}\" | tr ':' ' '); do "
+    'for f in "$d"/libibverbs.so.1 "$d"/libibverbs/lib*-rdmav*.so; do [ -e "$f" ] && echo "$f"; done; '
+    "done"
+)
+
+HOST_SCRIPT = "\n".join(
+    [
+        "echo '## sysfs'",
+        "grep -H . /sys/class/infiniband/*/ports/*/state /sys/class/infiniband/*/ports/*/phys_state"
+        " /sys/class/infiniband/*/ports/*/rate /sys/class/infiniband/*/ports/*/link_layer"
+        " /sys/class/infiniband/*/fw_ver /sys/class/infiniband_verbs/uverbs*/ibdev",
+        "echo '## devices'",
+        "stat -c '%n %a %U %G' /dev/infiniband/*",
+        "echo '## libraries'",
+        LIBRARY_SCAN,
+        "exit 0",
+    ]
+)
+
+
+@fact
+def rdma(host: Host) -> RdmaNode:
+    """HCAs, ports, /dev/infiniband and verbs libraries of the node, in one command."""
+    result = host.run("sh", "-c", HOST_SCRIPT)
+    if result.timed_out:
+        raise CommandTimeout(host.name, f"reading RDMA sysfs did not finish within {result.duration_s:.1f} s")
+    sections = split_sections(result.stdout)
+    if "sysfs" not in sections:
+        raise HostError(host.name, f"the RDMA gather printed no sections: {result.describe()}")
+    node = parse_sysfs(sections.get("sysfs", []))
+    node.devices = parse_stat_devices(sections.get("devices", []))
+    node.libraries = sorted(set(sections.get("libraries", [])))
+    if not node.ports:  # sysfs unreadable (a restricted container, an odd kernel): ask the tools
+        for tool, parser in (("ibstat", parse_ibstat), ("ibv_devinfo", parse_ibv_devinfo)):
+            answer = host.run(tool)
+            found = parser(answer.stdout) if answer.exit_code != 127 and not answer.timed_out else {}
+            if found:
+                node.ports, node.source = found, tool
+                break
+    return node
+
+
+def library_problems(libraries: Iterable[str], providers: Sequence[str], where: str) -> list[str]:
+    core, found = verbs_libraries(libraries)
+    problems = []
+    if not core:
+        problems.append(f"no libibverbs.so.1 {where}")
+    for name in providers:
+        if name not in found:
+            problems.append(f"no {name} verbs provider (lib{name}-rdmav*.so) {where}")
+    return problems
+
+
+# -- rdma.devices ----------------------------------------------------------------------------
+
+
+def _has_wildcard(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+@check(needs=["command sh", "command grep", "command stat"], timeout=10)
+def devices(
+    host: Host,
+    *,
+    expected: int = 0,
+    names: tuple[str, ...] = (),
+    providers: tuple[str, ...] = ("mlx5",),
+    job_group: str = "",
+) -> Result:
+    """The node has its RDMA HCAs, each with a uverbs device jobs can open, and the verbs userspace.
+
+    Why: NCCL, UCX and MPI open /dev/infiniband/uverbsN through libibverbs and its provider
+    library (libmlx5 for ConnectX). When any piece is missing NCCL does not stop: it logs
+    `NET/IB : No device found.` or `Failed to open libibverbs.so` and falls back to TCP
+    sockets, at a fraction of the speed.
+
+    How: one `sh -c` on the node lists /sys/class/infiniband (HCAs), maps HCAs to uverbs
+    devices through /sys/class/infiniband_verbs/uverbsN/ibdev, `stat`s /dev/infiniband/*
+    (mode, owner, group) and lists libibverbs.so.1 and `<libdir>/libibverbs/lib<name>-rdmav*.so`.
+    `names` (shell patterns, e.g. `mlx5_[0-7]`) selects the HCAs jobs use; a name without a
+    wildcard must exist. `expected` (when above 0) is how many selected HCAs there must be.
+    Every selected HCA's uverbs device and `rdma_cm` must be read-write for others, or for
+    `job_group` when that group owns them. `providers` are the verbs providers that must be
+    installed.
+
+    Fix: missing HCAs: `lspci | grep -i mellanox`, `dmesg | grep mlx5`, reseat or replace the
+    card, load `mlx5_ib`. Missing uverbs: `modprobe ib_uverbs` (and `rdma_ucm` for rdma_cm).
+    Modes: the rdma-core udev rules make uverbs* and rdma_cm 0666. Libraries: install
+    rdma-core (`libibverbs1 ibverbs-providers` on Debian/Ubuntu, `libibverbs rdma-core` on
+    RHEL) or MLNX_OFED/DOCA-OFED.
+    """
+    node = rdma(host)
+    chosen = select(node.ports, names)
+    evidence = [f"HCAs ({node.source}): {', '.join(node.hcas) or 'none'}"]
+    evidence += [f"{h} firmware {node.firmware[h]}" for h in chosen if h in node.firmware]
+    evidence += [d.describe() for d in node.devices.values()]
+    evidence += [f"library {p}" for p in node.libraries]
+    data: dict[str, object] = {"hcas": chosen, "uverbs": node.uverbs, "libraries": node.libraries}
+    problems: list[str] = []
+    if not chosen:
+        which = f" matching {', '.join(names)}" if names else ""
+        problems.append(
+            f"no RDMA HCA{which} under /sys/class/infiniband" + (f", expected {expected}" if expected else "")
+        )
+    for pattern in names:
+        if not _has_wildcard(pattern) and pattern not in node.ports:
+            problems.append(f"HCA {pattern} is missing")
+    if expected and chosen and len(chosen) != expected:
+        problems.append(f"{len(chosen)} HCAs ({span(chosen)}), expected {expected}")
+    unusable: list[str] = []
+    for hca in chosen:
+        uverbs = node.uverbs_of(hca)
+        if uverbs is None:
+            problems.append(f"{hca} has no uverbs device (is ib_uverbs loaded?)")
+            continue
+        dev = node.devices.get(f"/dev/infiniband/{uverbs}")
+        if dev is None:
+            problems.append(f"/dev/infiniband/{uverbs} (of {hca}) is missing")
+        elif not dev.usable_by_jobs(job_group):
+            unusable.append(dev.describe())
+    cm = node.devices.get("/dev/infiniband/rdma_cm")
+    if cm is None:
+        problems.append("/dev/infiniband/rdma_cm is missing (is rdma_ucm loaded?)")
+    elif not cm.usable_by_jobs(job_group):
+        unusable.append(cm.describe())
+    if unusable:
+        who = f"others or group {job_group}" if job_group else "others"
+        problems.append(f"not read-write for {who}, so jobs cannot open them: {'; '.join(unusable)}")
+    problems += library_problems(node.libraries, providers, "on the node")
+    data["problems"] = problems
+    if problems:
+        return fail(
+            "; ".join(problems),
+            remedy="HCAs: `lspci | grep -i mellanox`, `dmesg | grep mlx5`, load mlx5_ib. uverbs/rdma_cm: "
+            "`modprobe ib_uverbs rdma_ucm`; the rdma-core udev rules make them 0666. Libraries: install rdma-core "
+            "(libibverbs1 + ibverbs-providers, or libibverbs + rdma-core) or MLNX_OFED/DOCA-OFED.",
+            data=data,
+            evidence=evidence,
+        )
+    return ok(
+        f"{len(chosen)} HCAs ({span(chosen)}), their uverbs devices and rdma_cm usable by jobs, "
+        f"libibverbs with the {', '.join(providers) or 'installed'} provider",
+        data=data,
+        evidence=evidence,
+    )
+
+
+# -- rdma.ports ------------------------------------------------------------------------------
+
+
+@check(needs=["command sh", "command grep"], timeout=10)
+def ports(
+    host: Host,
+    *,
+    names: tuple[str, ...] = (),
+    min_rate: int = 0,
+    link_layer: str = "InfiniBand",
+) -> Result:
+    """Every port of the selected HCAs is ACTIVE and LinkUp, at `min_rate` Gb/s or more, on `link_layer`.
+
+    Why: NCCL uses only ports in state ACTIVE, so a down port silently drops out of the
+    `NET/IB : Using` list and its GPUs share another rail. A port that
+    trained at a lower rate (a 400 Gb/s NDR port up at 200) is a bad cable or transceiver
+    and slows every collective of the job to its speed. A port in INIT has a link but no
+    subnet manager configured it.
+
+    How: reads state, phys_state, rate and link_layer of every port under
+    /sys/class/infiniband/<HCA>/ports/ (`ibstat` or `ibv_devinfo` when sysfs shows nothing).
+    `names` selects HCAs as in rdma.devices. `min_rate` is in Gb/s (400 for NDR, 200 for
+    HDR; 0 does not judge the rate). `link_layer` is `InfiniBand`, or `Ethernet` for RoCE.
+
+    Fix: DOWN/Polling: check the cable and the switch port (`ibportstate`, the switch's
+    logs), reseat or swap the cable or transceiver. INIT: start or fix the subnet manager
+    (`sminfo`). Low rate: `mlxlink -d <HCA> -m` shows the negotiated speed and errors;
+    replace the cable. Wrong link layer: `mlxconfig -d <HCA> set LINK_TYPE_P1=1` (IB) or `=2`
+    (Ethernet), then reboot.
+    """
+    node = rdma(host)
+    chosen = select(node.ports, names)
+    selected = [p for h in chosen for p in node.ports[h]]
+    evidence = [
+        f"{p.label}: state {p.state or '?'}, phys {p.phys_state or '?'}, rate {p.rate or '?'}, "
+        f"link layer {p.link_layer or '?'}"
+        for p in selected
+    ]
+    data: dict[str, object] = {
+        "source": node.source,
+        "ports": [
+            {"hca": p.hca, "port": p.port, "state": p.state, "phys_state": p.phys_state, "rate_gbps": p.rate_gbps}
+            | {"link_layer": p.link_layer}
+            for p in selected
+        ],
+    }
+    if not selected:
+        which = f" of HCAs matching {', '.join(names)}" if names else ""
+        return fail(
+            f"no RDMA port{which} under /sys/class/infiniband",
+            remedy="See rdma.devices: the HCAs are missing or their driver (mlx5_ib) is not loaded.",
+            data=data,
+            evidence=evidence,
+        )
+    problems: list[str] = []
+    unknown_rate: list[str] = []
+    for p in selected:
+        if p.state != "ACTIVE" or (p.phys_state and p.phys_state != "LinkUp"):
+            hint = ": no subnet manager has configured it" if p.state == "INIT" else ""
+            phys = f" ({p.phys_state})" if p.phys_state else ""
+            problems.append(f"{p.label} is {p.state or 'in an unknown state'}{phys}, expected ACTIVE (LinkUp){hint}")
+        if min_rate and p.state == "ACTIVE":
+            if p.rate_gbps is None:
+                unknown_rate.append(p.label)
+            elif p.rate_gbps < min_rate:
+                problems.append(
+                    f"{p.label} runs at {p.rate or f'{p.rate_gbps:g} Gb/sec'}, expected at least {min_rate} Gb/sec"
+                )
+        if link_layer and p.link_layer and p.link_layer.lower() != link_layer.lower():
+            problems.append(f"{p.label} link layer is {p.link_layer}, expected {link_layer}")
+    data["problems"] = problems
+    if problems:
+        return fail(
+            "; ".join(problems),
+            remedy="Down or Polling: check the cable and switch port, reseat or swap the cable/transceiver. "
+            "INIT: fix the subnet manager (`sminfo`). Low rate: `mlxlink -d HCA -m`, replace the cable. "
+            "Wrong link layer: `mlxconfig -d HCA set LINK_TYPE_P1=1` (IB) or 2 (Ethernet), reboot.",
+            data=data,
+            evidence=evidence,
+        )
+    rates = sorted({p.rate_gbps for p in selected if p.rate_gbps is not None})
+    said = f"{len(selected)} ports of {span(chosen)} ACTIVE, LinkUp"
+    said += f" at {'/'.join(f'{r:g}' for r in rates)} Gb/sec" if rates else ""
+    said += f", {link_layer}" if link_layer else ""
+    if unknown_rate:
+        return warn(
+            f"{said}; the rate of {', '.join(unknown_rate)} is not reported ({node.source}), "
+            f"expected at least {min_rate} Gb/sec",
+            remedy="Read the rate with `ibstat` or from /sys/class/infiniband/HCA/ports/N/rate.",
+            data=data,
+            evidence=evidence,
+        )
+    return ok(said, data=data, evidence=evidence)
+
+
+# -- rdma.memlock ----------------------------------------------------------------------------
+
+
+def parse_limits(text: str, name: str = "Max locked memory") -> tuple[float, float] | None:
+    """/proc/<pid>/limits -> (soft, hard) of one limit, in its unit; `unlimited` is infinity."""
+    for line in text.splitlines():
+        if line.startswith(name):
+            parts = line[len(name) :].split()
+            if len(parts) >= 2:
+                try:
+                    return tuple(float("inf") if v == "unlimited" else float(int(v)) for v in parts[:2])  # type: ignore[return-value]
+                except ValueError:
+                    return None
+    return None
+
+
+def parse_slurm_conf(text: str) -> dict[str, tuple[str, int]]:
+    """slurm.conf -> {lower-case key: (value, line number)}; `Key=Value` pairs, `#` comments.
+
+    Keys are case-insensitive in slurm.conf; one line may hold several pairs (node lines).
+    """
+    found: dict[str, tuple[str, int]] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        for m in re.finditer(r"([A-Za-z]\w*)\s*=\s*(\"[^\"]*\"|\S+)", line):
+            found.setdefault(m.group(1).lower(), (m.group(2).strip('"'), number))
+    return found
+
+
+def memlock_propagated(conf: dict[str, tuple[str, int]]) -> tuple[bool, str]:
+    """Whether jobs get MEMLOCK from the submitting shell, and why (SchedMD/slurm etc/slurm.conf.example).
+
+    By default (neither key set) every limit is propagated; PropagateResourceLimits lists
+    what is (NONE for nothing), PropagateResourceLimitsExcept what is not.
+    """
+    if "propagateresourcelimitsexcept" in conf:
+        value, line = conf["propagateresourcelimitsexcept"]
+        items = {v.strip().upper() for v in value.split(",")}
+        if "MEMLOCK" in items or "ALL" in items:
+            return False, f"line {line}: PropagateResourceLimitsExcept={value}"
+        return True, f"line {line}: PropagateResourceLimitsExcept={value} does not exclude MEMLOCK"
+    if "propagateresourcelimits" in conf:
+        value, line = conf["propagateresourcelimits"]
+        items = {v.strip().upper() for v in value.split(",")}
+        if "ALL" in items or "MEMLOCK" in items:
+            return True, f"line {line}: PropagateResourceLimits={value}"
+        return False, f"line {line}: PropagateResourceLimits={value}"
+    return True, "neither PropagateResourceLimits nor PropagateResourceLimitsExcept is set, so all limits propagate"
+
+
+def show_limit(value: float) -> str:
+    return "unlimited" if value == float("inf") else human_size(value)
+
+
+NO_SIZE = Size(0)
+SLURM_CONFS = ("/etc/slurm/slurm.conf", "/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf")
+
+
+@check(needs=["command pgrep", "file /proc/<slurmd>/limits", "file /etc/slurm/slurm.conf"], timeout=10)
+def memlock(host: Host, *, minimum: Size = NO_SIZE, slurm_conf: tuple[str, ...] = SLURM_CONFS) -> Result:
+    """Jobs get an unlimited locked-memory limit (or at least `minimum`), not the login shell's.
+
+    Why: RDMA registers (pins) every buffer it sends from; with the usual 64 KiB or 8 MiB
+    default `ulimit -l`, `ibv_reg_mr` fails and NCCL/MPI abort or fall back to sockets. Slurm
+    jobs inherit slurmd's limits, except those propagated from the submitting shell: by
+    default Slurm propagates every limit, so a login node's small memlock follows the job
+    (Slurm FAQ "memlock"; SchedMD/slurm etc/slurm.conf.example).
+
+    How: finds slurmd (`pgrep -o -x slurmd`), reads `Max locked memory` from
+    /proc/<pid>/limits (the soft limit applies), and reads PropagateResourceLimits(Except)
+    from the first slurm.conf found in `slurm_conf` (configless nodes keep a copy in
+    /run/slurm/conf). `minimum` 0 (the default) means unlimited. MEMLOCK propagated from the
+    submit host warns: the limit jobs get is then the login node's, which this node cannot see
+    (and `srun --propagate` can still override per job).
+
+    Fix: run slurmd with `LimitMEMLOCK=infinity` (a systemd drop-in: `systemctl edit slurmd`,
+    then restart it; limits.conf does not apply to services) and set
+    `PropagateResourceLimitsExcept=MEMLOCK` in slurm.conf.
+    """
+    found = host.run("pgrep", "-o", "-x", "slurmd")
+    if found.exit_code == 127:
+        raise HostError(host.name, "pgrep is not installed: cannot find slurmd to read the limit jobs inherit")
+    pid = found.stdout.split()[0] if found.stdout.split() else ""
+    if not pid.isdigit():
+        raise HostError(host.name, "slurmd is not running, so the locked-memory limit jobs inherit cannot be read")
+    limits_path = f"/proc/{pid}/limits"
+    limits = parse_limits(host.read(limits_path))
+    if limits is None:
+        raise HostError(host.name, f"{limits_path} has no readable `Max locked memory` line")
+    soft, hard = limits
+    want = float(minimum) if minimum else float("inf")
+    evidence = [f"slurmd (pid {pid}) Max locked memory: soft {show_limit(soft)}, hard {show_limit(hard)}"]
+    data: dict[str, object] = {
+        "soft": None if soft == float("inf") else soft,
+        "hard": None if hard == float("inf") else hard,
+    }
+    expected = "unlimited" if not minimum else f"at least {human_size(minimum)}"
+    if soft < want:
+        return fail(
+            f"slurmd's locked-memory limit is {show_limit(soft)}, expected {expected}: jobs inherit it and "
+            "RDMA memory registration fails",
+            remedy="`systemctl edit slurmd` -> [Service] LimitMEMLOCK=infinity, restart slurmd; set "
+            "PropagateResourceLimitsExcept=MEMLOCK in slurm.conf.",
+            data=data,
+            evidence=evidence,
+        )
+    conf_path, conf_text = "", None
+    for path in slurm_conf:
+        conf_text = host.read_optional(path)
+        if conf_text is not None:
+            conf_path = path
+            break
+    if conf_text is None:
+        return warn(
+            f"slurmd's locked-memory limit is {show_limit(soft)}, but no slurm.conf was found "
+            f"({', '.join(slurm_conf)}) to tell whether jobs get the submitting shell's limit instead",
+            remedy="Point `slurm_conf:` at the node's slurm.conf; it should set PropagateResourceLimitsExcept=MEMLOCK.",
+            data=data,
+            evidence=evidence,
+        )
+    propagated, why = memlock_propagated(parse_slurm_conf(conf_text))
+    evidence.append(f"{conf_path}: {why}")
+    data["propagated"] = propagated
+    if propagated:
+        return warn(
+            f"slurmd's locked-memory limit is {show_limit(soft)}, but {conf_path} propagates MEMLOCK ({why}): "
+            "jobs get the submitting shell's limit",
+            remedy="Set PropagateResourceLimitsExcept=MEMLOCK in slurm.conf and `scontrol reconfigure`.",
+            data=data,
+            evidence=evidence,
+        )
+    return ok(
+        f"jobs inherit slurmd's locked-memory limit, {show_limit(soft)}; MEMLOCK is not propagated ({conf_path})",
+        data=data,
+        evidence=evidence,
+    )
+
+
+# -- the in-image probe (shared with container.py) -------------------------------------------
+
+PROBE_SCRIPT = "\n".join(
+    [
+        "echo '## devices'",
+        'for f in /dev/infiniband/*; do [ -e "$f" ] && echo "$f"; done',
+        "echo '## hcas'",
+        'for f in /sys/class/infiniband/*; do [ -e "$f" ] && echo "${f##*/}"; done',
+        "echo '## libraries'",
+        LIBRARY_SCAN,
+        "echo '## memlock'",
+        "ulimit -l",
+        "echo '## environment'",
+        "env | grep -E '^(NCCL|MELLANOX)_'",
+        "echo '## nccl.conf'",
+        "cat /etc/nccl.conf 2>/dev/null",
+        "exit 0",
+    ]
+)
+
+#: What one image probe may take: starting a multi-GB image from a parallel file system is slow.
+#: The check's own `timeout` (its budget) caps it.
+PROBE_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class ImageProbe:
+    """What the probe saw inside the image."""
+
+    command: str
+    devices: tuple[str, ...]  # /dev/infiniband/... present
+    hcas: tuple[str, ...]  # names under /sys/class/infiniband
+    libraries: tuple[str, ...]
+    memlock_bytes: float | None  # inf when unlimited, None when not printed
+    environment: tuple[tuple[str, str], ...]  # NCCL_*/MELLANOX_* inside
+    nccl_conf: str
+
+
+def parse_probe(text: str, command: str = "") -> ImageProbe:
+    """The probe's output (`## devices` ... sections) -> ImageProbe."""
+    s = split_sections(text)
+    memlock_bytes: float | None = None
+    for line in s.get("memlock", []):
+        value = line.strip()
+        if value == "unlimited":
+            memlock_bytes = float("inf")
+        elif value.isdigit():
+            memlock_bytes = int(value) * 1024.0  # `ulimit -l` counts KiB
+    env = []
+    for line in s.get("environment", []):
+        name, sep, value = line.partition("=")
+        if sep:
+            env.append((name, value))
+    return ImageProbe(
+        command,
+        tuple(d for d in s.get("devices", []) if d.startswith("/dev/")),
+        tuple(s.get("hcas", [])),
+        tuple(sorted(set(s.get("libraries", [])))),
+        memlock_bytes,
+        tuple(env),
+        "\n".join(s.get("nccl.conf", [])),
+    )
+
+
+def runtime_version(host: Host, argv0: str) -> str | None:
+    """The runtime's version line, or None when it is not installed (exit 127)."""
+    answer = host.run(*(("enroot", "version") if argv0 == "enroot" else (argv0, "--version")))
+    if answer.exit_code == 127:
+        return None
+    lines = (answer.stdout.strip() or answer.stderr.strip()).splitlines()
+    return lines[0] if answer.ok and lines else f"{argv0} (version unknown)"
+
+
+def image_probe(host: Host, argv: Sequence[str]) -> ImageProbe:
+    """Run the probe through `argv` (a command that runs `sh -c SCRIPT` inside the job image), once per run."""
+    full = (*argv, "sh", "-c", PROBE_SCRIPT)
+
+    def gather(h: Host) -> ImageProbe:
+        result = h.run(*full, timeout=PROBE_TIMEOUT)
+        shown = shlex.join(argv) + " sh -c PROBE"
+        if result.timed_out:
+            raise CommandTimeout(h.name, f"`{shown}` did not finish within {result.duration_s:.1f} s")
+        if "## devices" not in result.stdout:
+            first = next((x.strip() for x in (result.stderr + result.stdout).splitlines() if x.strip()), "no output")
+            raise HostError(
+                h.name, f"the probe did not run inside the image: `{shown}` exited {result.exit_code}: {first[:300]}"
+            )
+        return parse_probe(result.stdout, shown)
+
+    return host.fact("rdma.image_probe " + shlex.join(full), gather)
+
+
+# -- NCCL_IB_HCA / NCCL_SOCKET_IFNAME syntax (domain-facts §C.3) -------------------------------
+
+#: NCCL's MAX_IB_DEVS: entries beyond it are ignored.
+MAX_IF_ENTRIES = 32
+
+
+@dataclass(frozen=True)
+class IfEntry:
+    name: str  # a prefix, or an exact name when the list is exact
+    port: int | None  # None: every port (NCCL's -1)
+
+    def __str__(self) -> str:
+        return self.name if self.port is None else f"{self.name}:{self.port}"
+
+
+@dataclass(frozen=True)
+class IfList:
+    """A parsed NCCL_IB_HCA / NCCL_SOCKET_IFNAME value, as NCCL itself reads it."""
+
+    raw: str
+    exclude: bool
+    exact: bool
+    entries: tuple[IfEntry, ...]
+    problems: tuple[str, ...]  # things NCCL reads differently from what the writer likely meant
+
+    def selects(self, name: str, port: int | None = None) -> bool:
+        """NCCL's `matchIfList(...) ^ searchNot`: is this device (and port) used?"""
+        return self.matches_any(name, port) != self.exclude
+
+    def matches_any(self, name: str, port: int | None = None) -> bool:
+        if not self.entries:  # NCCL: an empty list matches everything
+            return True
+        return any(self.entry_matches(e, name, port) for e in self.entries)
+
+    def entry_matches(self, entry: IfEntry, name: str, port: int | None = None) -> bool:
+        named = name == entry.name if self.exact else name.startswith(entry.name)
+        return named and (entry.port is None or port is None or entry.port == port)
+
+
+def _atoi(text: str) -> int:
+    """C atoi: leading blanks, a sign, digits up to the first non-digit; 0 when there are none."""
+    m = re.match(r"\s*([+-]?\d+)", text)
+    return int(m.group(1)) if m else 0
+
+
+def parse_nccl_if_list(value: str, max_entries: int = MAX_IF_ENTRIES) -> IfList:
+    """Parse NCCL_IB_HCA (or NCCL_SOCKET_IFNAME) exactly as NCCL does, and say what surprises.
+
+    NCCL (src/transport/net_ib/init.cc, src/misc/utils.cc parseStringList): a leading `^`
+    makes an exclude list, then a leading `=` makes names exact (so `^=` works and `=^`
+    does not); entries are `,`-separated, each `name` or `name:port` (port read with atoi);
+    names are prefixes unless exact; empty names are skipped; at most 32 entries.
+    Never raises: any string is a value NCCL would accept somehow.
+    """
+    rest = value
+    exclude = rest.startswith("^")
+    if exclude:
+        rest = rest[1:]
+    exact = rest.startswith("=")
+    if exact:
+        rest = rest[1:]
+    problems: list[str] = []
+    if rest.startswith("^"):
+        problems.append(f"`{value}`: `=^` is read as exact names starting with `^`; write `^=` to exclude exact names")
+    entries: list[IfEntry] = []
+    for chunk in rest.split(","):
+        name, colon, port_text = chunk.partition(":")
+        if not name:
+            if colon or chunk:
+                problems.append(f"`{chunk}` has no device name and is ignored")
+            continue
+        if len(entries) >= max_entries:
+            problems.append(f"more than {max_entries} entries: NCCL ignores `{chunk}` and the rest")
+            break
+        if name != name.strip() or any(c.isspace() for c in name):
+            problems.append(f"`{name}` contains blanks, which NCCL keeps: it matches no device")
+        if len(name) > 63:
+            problems.append(f"`{name[:20]}...` is longer than NCCL's 63-character names")
+        port: int | None = None
+        if colon:
+            port = _atoi(port_text)
+            if not re.fullmatch(r"\s*[+-]?\d+.*", port_text) or port < 1:
+                problems.append(
+                    f"`{chunk}`: port `{port_text}` is read as {port}, which matches no port (ports count from 1)"
+                )
+            elif not port_text.strip().isdigit():
+                problems.append(f"`{chunk}`: NCCL reads only the leading number of `{port_text}` ({port})")
+        entries.append(IfEntry(name, port))
+    return IfList(value, exclude, exact, tuple(entries), tuple(problems))
+
+
+def strtoll(text: str) -> int | None:
+    """C strtoll(text, NULL, 0) as NCCL's ncclLoadParam uses it: the leading number, else 0; None if empty."""
+    text = text.strip()
+    if not text:
+        return None
+    m = re.match(r"([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9]\d*)", text)
+    if not m:
+        return 0
+    sign = -1 if m.group(1) == "-" else 1
+    digits = m.group(2)
+    if digits.lower().startswith("0x"):
+        return sign * int(digits, 16)
+    if digits.startswith("0") and len(digits) > 1:
+        return sign * int(digits, 8)
+    return sign * int(digits)
+
+
+def parse_nccl_conf(text: str) -> list[tuple[str, str, int]]:
+    """/etc/nccl.conf -> [(name, value, line)] as NCCL's setEnvFile reads it.
+
+    Lines starting with `#` are skipped; the rest are split at the first `=`, with nothing
+    trimmed (so `NCCL_IB_HCA = mlx5_0` sets a variable named `NCCL_IB_HCA `).
+    """
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.rstrip("\r")
+        if line.startswith("#") or "=" not in line:
+            continue
+        name, _, value = line.partition("=")
+        found.append((name, value, number))
+    return found
+
+
+# -- rdma.nccl_env ---------------------------------------------------------------------------
+
+#: NCCL_NET_GDR_LEVEL values that turn GPUDirect RDMA off (LOC, or legacy 0) — domain-facts §C.3.
+GDR_OFF = {"LOC", "0"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    value: str
+    source: str
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value} ({self.source})"
+
+
+@dataclass
+class Findings:
+    fails: list[str] = field(default_factory=list)
+    warns: list[str] = field(default_factory=list)
+
+
+def judge_nccl_settings(
+    settings: dict[str, Setting],
+    ports_of: dict[str, list[Port]],
+    interfaces: Callable[[], list[str]],
+    *,
+    allow_sockets: bool = False,
+    allow_no_gdr: bool = False,
+) -> Findings:
+    """Judge the effective NCCL settings of one context against the node's HCA ports and interfaces."""
+    out = Findings()
+    sockets = out.warns if allow_sockets else out.fails
+
+    s = settings.get("NCCL_IB_DISABLE")
+    if s is not None:
+        n = strtoll(s.value)
+        if n:
+            sockets.append(f"{s} turns the IB/RoCE transport off: NCCL uses TCP sockets")
+        elif s.value.strip() and not re.fullmatch(r"\s*[+-]?\d.*", s.value):
+            out.warns.append(f"{s}: NCCL reads `{s.value}` as 0, so IB is NOT disabled (write 1 or 0)")
+
+    s = settings.get("NCCL_NET")
+    if s is not None and s.value.strip().lower() == "socket":
+        sockets.append(f"{s} forces the TCP socket transport")
+
+    s = settings.get("NCCL_IB_HCA")
+    if s is not None:
+        hca_list = parse_nccl_if_list(s.value)
+        out.warns += [f"{s}: {p}" for p in hca_list.problems]
+        all_ports = [p for h in sorted(ports_of, key=natural_key) for p in ports_of[h]]
+        chosen = [p for p in all_ports if hca_list.selects(p.hca, p.port)]
+        active = [p for p in chosen if p.state == "ACTIVE"]
+        names = [f"{p.hca}:{p.port}" for p in all_ports]
+        if not active:
+            what = "selects none of" if not chosen else "selects only ports that are not ACTIVE among"
+            out.fails.append(
+                f"{s} {what} this node's HCA ports ({span(names) or 'none'}): NCCL finds no IB device "
+                "and falls back to TCP sockets"
+            )
+        elif not hca_list.exclude:
+            for entry in hca_list.entries:
+                hits = [p for p in all_ports if hca_list.entry_matches(entry, p.hca, p.port)]
+                if not hits:
+                    out.warns.append(f"{s}: entry `{entry}` matches no HCA port of this node")
+                elif not hca_list.exact and entry.name in ports_of:
+                    extra = sorted({p.hca for p in hits} - {entry.name}, key=natural_key)
+                    if extra:
+                        out.warns.append(
+                            f"{s}: `{entry.name}` is a prefix, so it also selects {', '.join(extra)}; "
+                            f"write `={entry.name}` for that HCA alone"
+                        )
+
+    s = settings.get("NCCL_SOCKET_IFNAME")
+    if s is not None:
+        if_list = parse_nccl_if_list(s.value)
+        out.warns += [f"{s}: {p}" for p in if_list.problems]
+        present = interfaces()
+        if not [i for i in present if if_list.selects(i)]:
+            out.fails.append(
+                f"{s} matches none of this node's interfaces ({', '.join(present) or 'none'}): "
+                "NCCL cannot bootstrap or find an OOB interface"
+            )
+
+    for name in ("NCCL_NET_GDR_LEVEL", "NCCL_IB_GDR_LEVEL"):
+        s = settings.get(name)
+        if s is not None and s.value.strip().upper() in GDR_OFF:
+            (out.warns if allow_no_gdr else out.fails).append(
+                f"{s} turns GPUDirect RDMA off: every transfer is staged through host memory"
+            )
+    s = settings.get("NCCL_NET_GDR_READ")
+    if s is not None and strtoll(s.value) == 0:
+        out.warns.append(f"{s}: sends are read from host memory instead of GPU memory (GPUDirect RDMA read is off)")
+    return out
+
+
+def _context(sources: Sequence[tuple[str, Iterable[tuple[str, str]]]]) -> dict[str, Setting]:
+    """The effective NCCL_* settings: the first source that sets a variable wins."""
+    settings: dict[str, Setting] = {}
+    for source, pairs in sources:
+        for name, value in pairs:
+            if name.startswith("NCCL_") and name not in settings:
+                settings[name] = Setting(name, value, source)
+    return settings
+
+
+def _conf_pairs(text: str, path: str, warns: list[str]) -> list[tuple[str, str]]:
+    pairs = []
+    for name, value, line in parse_nccl_conf(text):
+        if name != name.strip() and name.strip().startswith("NCCL_"):
+            warns.append(
+                f"{path}:{line}: `{name}=` has blanks around the name, which NCCL keeps, so {name.strip()} is not set"
+            )
+        pairs.append((name, value))
+    return pairs
+
+
+@check(needs=["file /etc/nccl.conf", "command ls"], timeout=120)
+def nccl_env(
+    host: Host,
+    *,
+    env: tuple[str, ...] = (),
+    conf: str = "/etc/nccl.conf",
+    image_command: tuple[str, ...] = (),
+    allow_sockets: bool = False,
+    allow_no_gdr: bool = False,
+) -> Result:
+    """No NCCL setting turns the RDMA network off or points it at HCAs or interfaces the node lacks.
+
+    Why: one stale line in /etc/nccl.conf, a module file or an image sends every job to TCP
+    sockets without an error: `NCCL_IB_DISABLE=1`, `NCCL_NET=Socket`, an `NCCL_IB_HCA` that
+    names no real HCA (`mlx5_9` on a node with mlx5_0..7), an `NCCL_SOCKET_IFNAME` naming no
+    interface, or `NCCL_NET_GDR_LEVEL=LOC` (GPUDirect RDMA off). NCCL_IB_HCA has a
+    surprising syntax: `^` excludes, `=` makes names exact (otherwise `mlx5_1` also selects
+    mlx5_10..19), `:N` picks a port.
+
+    How: takes the job environment the site sets (`env`, `NAME=VALUE` entries), `conf`
+    (/etc/nccl.conf, read the way NCCL reads it: no trimming) and, with `image_command` (the
+    argv that runs a command in the job image, e.g. `[apptainer, exec, --nv, IMAGE]`), the
+    image's NCCL_* environment and /etc/nccl.conf. For bare-metal jobs the effective value of
+    a variable is the job environment's, else nccl.conf's; inside the image: job environment,
+    image environment, image nccl.conf. NCCL_IB_HCA is matched against this node's HCA ports
+    (only ACTIVE ports count, as in NCCL) and NCCL_SOCKET_IFNAME against /sys/class/net.
+    `allow_sockets` and `allow_no_gdr` turn those failures into warnings.
+
+    Fix: remove the setting, or correct it to this node's names (`ls /sys/class/infiniband`,
+    `ls /sys/class/net`); prefer exact lists (`NCCL_IB_HCA==mlx5_0,mlx5_1`) and let NCCL pick
+    HCAs by itself when all of them are for compute.
+    """
+    warns: list[str] = []
+    job: list[tuple[str, str]] = []
+    for entry in env:
+        name, sep, value = entry.partition("=")
+        if not sep:
+            raise HostError(host.name, f"rdma.nccl_env: env entry {entry!r} is not NAME=VALUE")
+        job.append((name, value))
+    conf_text = host.read_optional(conf)
+    contexts: dict[str, dict[str, Setting]] = {
+        "bare metal": _context(
+            [("job environment", job), (conf, _conf_pairs(conf_text, conf, warns) if conf_text else [])]
+        )
+    }
+    evidence = [f"{conf}: " + ("absent" if conf_text is None else f"{len(parse_nccl_conf(conf_text))} settings")]
+    if image_command and runtime_version(host, image_command[0]) is None:
+        evidence.append(f"image not checked: {image_command[0]} is not installed on this node")
+    elif image_command:
+        probe = image_probe(host, image_command)
+        image_conf = _conf_pairs(probe.nccl_conf, "image /etc/nccl.conf", warns)
+        contexts["in the image"] = _context(
+            [("job environment", job), ("image environment", probe.environment), ("image /etc/nccl.conf", image_conf)]
+        )
+        evidence.append(f"image probe: `{probe.command}`")
+    node = rdma(host)
+    names_cache: list[str] = []
+
+    def interfaces() -> list[str]:
+        if not names_cache:
+            answer = host.run("ls", "-1", "/sys/class/net")
+            names_cache.extend(sorted(answer.stdout.split(), key=natural_key) if answer.ok else [])
+        return names_cache
+
+    fails: list[str] = []
+    data: dict[str, object] = {}
+    for label, settings in contexts.items():
+        evidence += [f"{label}: {s}" for s in settings.values()]
+        data[label] = {s.name: {"value": s.value, "source": s.source} for s in settings.values()}
+        found = judge_nccl_settings(
+            settings, node.ports, interfaces, allow_sockets=allow_sockets, allow_no_gdr=allow_no_gdr
+        )
+        prefix = f"{label}: " if len(contexts) > 1 else ""
+        fails += [prefix + f for f in found.fails if prefix + f not in fails]
+        warns += [prefix + w for w in found.warns if prefix + w not in warns]
+    remedy = (
+        "Remove the setting or correct it to this node's names (`ls /sys/class/infiniband`, `ls /sys/class/net`); "
+        "prefer exact lists such as NCCL_IB_HCA==mlx5_0,mlx5_1, or leave NCCL_IB_HCA unset."
+    )
+    if fails:
+        return fail("; ".join(fails + warns), remedy=remedy, data=data, evidence=evidence)
+    if warns:
+        return warn("; ".join(warns), remedy=remedy, data=data, evidence=evidence)
+    count = sum(len(s) for s in contexts.values())
+    said = f"{count} NCCL settings checked" if count else "no NCCL_* setting found (NCCL picks the IB HCAs itself)"
+    return ok(said + "; none turns RDMA off or names a missing HCA or interface", data=data, evidence=evidence)
