@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +88,11 @@ def run_checks(fixture: Path, checks: dict[str, dict[str, Any] | None]) -> dict[
     from clustercheck import runner
     from clustercheck.transports.fixture import Fixture, ReplayTransport
 
-    path = fixture.parent / f"{fixture.name}-profile.yaml"
-    path.write_text(yaml.safe_dump({"name": "under-test", "checks": checks}))
-    report = runner.run_profile(profiles.load(str(path)), [ReplayTransport(Fixture.load(fixture))], version="test")
+    with tempfile.TemporaryDirectory() as folder:  # never beside the fixture: it may be the repository's
+        path = Path(folder) / "profile.yaml"
+        path.write_text(yaml.safe_dump({"name": "under-test", "checks": checks}))
+        prof = profiles.load(str(path))
+    report = runner.run_profile(prof, [ReplayTransport(Fixture.load(fixture))], version="test")
     return {c.id: c for c in report.hosts[0].checks}
 
 
