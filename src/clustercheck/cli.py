@@ -6,7 +6,8 @@ The Typer application (`app.py`) defines every subcommand. A plain local run —
 `clustercheck run --local --profile P [--format F] [--output FILE] [--timeout S] ...`, what
 a Slurm prolog does on every job start — is dispatched here without importing Typer
 (whose 0.29 series imports pydantic, ~85 ms); anything else, `--help` included, goes
-through Typer. Both paths end in `execute_run()`.
+through Typer. Both paths end in `execute_run()`. `clustercheck prolog ...` has the same
+fast dispatch (`fast_prolog`, into clustercheck.slurm).
 """
 
 from __future__ import annotations
@@ -236,6 +237,20 @@ def fast_local_run(argv: Sequence[str]) -> bool:
     return True
 
 
+def fast_prolog(argv: Sequence[str]) -> bool:
+    """Run `prolog ...` (slurm.conf's Prolog, on every job start) without Typer when every
+    argument is a plain, valid one; False for anything else, which Typer then parses."""
+    if not argv or argv[0] != "prolog":
+        return False
+    from clustercheck import slurm
+
+    options = slurm.fast_prolog_options(argv[1:])
+    if options is None:
+        return False
+    state.exit_code = slurm.prolog(options)
+    return True
+
+
 # -- the error boundary -------------------------------------------------------------------------
 
 
@@ -248,7 +263,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point: run the command and map everything to a documented exit code."""
     args = sys.argv[1:] if argv is None else argv
     try:
-        if not fast_local_run(args):
+        if not (fast_local_run(args) or fast_prolog(args)):
             from clustercheck.app import app
 
             try:

@@ -1,0 +1,86 @@
+"""`clustercheck health`: slurm.conf's HealthCheckProgram, with safe draining.
+
+The decisions (drain with an owned reason, never touch an admin's drain, resume only its own,
+refine a bare "Prolog error") are in clustercheck.slurm; this module gives them options and --help.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from clustercheck import cli, slurm
+
+
+class HealthFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def health(
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            "-p",
+            help="A profile's YAML path or a bundled profile's name [default: prolog; with --replay, the fixture's].",
+        ),
+    ] = None,
+    node: Annotated[
+        str | None,
+        typer.Option("--node", help="The Slurm node name [default: $SLURMD_NODENAME, else the short host name]."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the scontrol command it would run; change nothing.")
+    ] = False,
+    replay: Annotated[
+        Path | None,
+        typer.Option("--replay", help="Judge a recorded fixture instead of this node (tests and fire drills)."),
+    ] = None,
+    checks_dir: Annotated[
+        list[Path] | None, typer.Option("--checks", help="A folder of site check modules (repeatable).")
+    ] = None,
+    budget: Annotated[
+        float,
+        typer.Option("--budget", min=1.0, help="Hard limit in seconds (Slurm kills a HealthCheckProgram after 60 s)."),
+    ] = slurm.HEALTH_BUDGET,
+    state_file: Annotated[
+        str,
+        typer.Option(
+            "--state-file", help="The prolog's state file, to explain a 'Prolog error' drain ({node}: the node)."
+        ),
+    ] = slurm.DEFAULT_STATE_FILE,
+    scontrol: Annotated[str, typer.Option("--scontrol", help="The scontrol command to use.")] = "scontrol",
+    fmt: Annotated[HealthFormat, typer.Option("--format", "-f", help="Output format.")] = HealthFormat.table,
+    syslog_socket: Annotated[
+        str, typer.Option("--syslog-socket", help="The syslog socket ('' for none).")
+    ] = slurm.DEFAULT_SYSLOG,
+) -> None:
+    """Check this node (slurm.conf HealthCheckProgram=) and drain or resume it, safely.
+
+    A failed check drains the node with Reason="clustercheck: <check>: <summary>". A node
+    drained with any other reason is never touched; a node drained by clustercheck is resumed
+    once every check passes. Slurm's bare "Prolog error" is replaced by the reason in the
+    prolog's state file when clustercheck's prolog caused it. Running it again changes nothing.
+    """
+    options = slurm.HealthOptions(
+        profile=profile,
+        budget=budget,
+        replay=replay,
+        checks_dirs=list(checks_dir or ()),
+        node=node,
+        state_file=state_file,
+        dry_run=dry_run,
+        scontrol=scontrol,
+        syslog_socket=syslog_socket,
+        fmt=fmt.value,
+        debug=cli.state.debug,
+    )
+    cli.state.exit_code = slurm.health(options)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("health")(health)

@@ -1,0 +1,86 @@
+"""`clustercheck prolog`: the fast profile on every job start, as slurm.conf's Prolog.
+
+The work is in clustercheck.slurm; `cli.main()` runs a plain `prolog ...` command line there
+without importing Typer (the prolog is on every job's path). This module gives it its
+options and --help, and handles everything the fast path hands over.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from clustercheck import cli, slurm
+
+
+class OnInternalError(str, Enum):
+    pass_ = "pass"
+    fail = "fail"
+
+
+def prolog(
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            "-p",
+            help="A profile's YAML path or a bundled profile's name [default: prolog; with --replay, the fixture's].",
+        ),
+    ] = None,
+    budget: Annotated[
+        float,
+        typer.Option(
+            "--budget", min=0.1, help="Hard limit in seconds for the whole prolog; unfinished checks are errors."
+        ),
+    ] = slurm.PROLOG_BUDGET,
+    replay: Annotated[
+        Path | None,
+        typer.Option("--replay", help="Judge a recorded fixture instead of this node (tests and fire drills)."),
+    ] = None,
+    checks_dir: Annotated[
+        list[Path] | None, typer.Option("--checks", help="A folder of site check modules (repeatable).")
+    ] = None,
+    state_file: Annotated[
+        str,
+        typer.Option(
+            "--state-file", help="Where the verdict is written as JSON; {node} is replaced by the node's name."
+        ),
+    ] = slurm.DEFAULT_STATE_FILE,
+    on_internal_error: Annotated[
+        OnInternalError,
+        typer.Option(
+            "--on-internal-error",
+            help="When clustercheck itself cannot judge the node (a bug, a broken profile): pass the node "
+            "(logged loudly) or fail it (Slurm drains it).",
+        ),
+    ] = OnInternalError.pass_,
+    syslog_socket: Annotated[
+        str, typer.Option("--syslog-socket", help="The syslog socket ('' for none).")
+    ] = slurm.DEFAULT_SYSLOG,
+) -> None:
+    """Judge this node for the job about to start (slurm.conf Prolog=): exit non-zero only when
+    it must not run the job.
+
+    Reads SLURMD_NODENAME, SLURM_JOB_ID and the job's GPUs from the prolog environment, never
+    calls Slurm commands, and writes the verdict to syslog and to the state file. A failed check
+    exits 2: Slurm drains the node ("Prolog error") and requeues the job. Warnings and checks
+    that could not tell let the job run.
+    """
+    options = slurm.PrologOptions(
+        profile=profile,
+        budget=budget,
+        replay=replay,
+        checks_dirs=list(checks_dir or ()),
+        state_file=state_file,
+        on_internal_error=on_internal_error.value,
+        syslog_socket=syslog_socket,
+        debug=cli.state.debug,
+    )
+    cli.state.exit_code = slurm.prolog(options)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("prolog")(prolog)
