@@ -404,6 +404,10 @@ def _expand(expression: str, where: str) -> list[str]:
         raise TopologyError(f"{where}: {exc}") from None
 
 
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'s' if n != 1 else ''}"
+
+
 _PCI_RE = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
@@ -455,7 +459,7 @@ def gres(host: Host, *, config_dir: str = DEFAULT_DIR, node_name: str = "") -> R
     else:
         raise HostError(host.name, f"cannot tell: `ls /proc/driver/nvidia/gpus` exited {listing.exit_code}")
     evidence.append(
-        f"/proc/driver/nvidia/gpus: {len(present)} GPUs ({', '.join(present)})"
+        f"/proc/driver/nvidia/gpus: {_gpus(len(present))} ({', '.join(present)})"
         if driver
         else "/proc/driver/nvidia/gpus is absent: the NVIDIA driver is not loaded"
     )
@@ -463,7 +467,8 @@ def gres(host: Host, *, config_dir: str = DEFAULT_DIR, node_name: str = "") -> R
     if configured == 0:
         if present:
             return warn(
-                f"{len(present)} GPUs on the node, but {where} gives {name} no gpu in Gres=: jobs cannot ask for them",
+                f"{_gpus(len(present))} on the node, but {where} gives {name} no gpu in Gres=: "
+                "jobs cannot ask for them",
                 remedy="Add Gres=gpu:N to the node's NodeName line (and GresTypes=gpu), plus gres.conf File= lines.",
                 data=data,
                 evidence=evidence,
@@ -516,7 +521,7 @@ def gres(host: Host, *, config_dir: str = DEFAULT_DIR, node_name: str = "") -> R
     elif len(present) < configured:
         problems.insert(
             0,
-            f"{len(present)} GPUs on the node, {where} gives {name} {configured}: slurmctld drains it "
+            f"{_gpus(len(present))} on the node, {where} gives {name} {configured}: slurmctld drains it "
             f"(`gres/gpu count reported lower than configured ({len(present)} < {configured})`)",
         )
     if listed is not None and listed != configured:
