@@ -6,11 +6,14 @@ Runs N rounds (default 15); each round runs, one after the other and in a rotati
   python-pass        `<venv python> -c pass`              interpreter start-up, the floor
   import             `<venv python> -c "import clustercheck"`
   clustercheck       `<venv>/bin/clustercheck run --local --profile prolog --format json`
+  prolog             `<venv>/bin/clustercheck prolog --state-file TMP --syslog-socket ''`
+                     (the Slurm prolog mode: the same profile, plus the job environment, the
+                     watchdog and the state file; no syslog, so a benchmark does not flood it)
   nhc                `$NHC -c $NHC_CONF -l LOG -t 10 -r none`   (only when $NHC is set)
 
 and reports the median and 90th percentile wall time of each, the peak RSS of each (median
-of 3 extra, untimed runs under GNU `/usr/bin/time -f %M`), and the ratios clustercheck/NHC
-and clustercheck/python-pass. Timings on shared machines move by tens of percent between runs,
+of 3 extra, untimed runs under GNU `/usr/bin/time -f %M`), and the ratios of both clustercheck
+rows to NHC and to python-pass. Timings on shared machines move by tens of percent between runs,
 so only figures from the same run are compared.
 
 Environment:
@@ -20,7 +23,7 @@ Environment:
   NHC's own NHC_CFG_* variables (e.g. NHC_CFG_PREFIX) pass through to it.
 
 Always exits 0 once it has measured, target met or not; it prints whether the target
-(clustercheck prolog median <= NHC median) held. Exits 2 when it cannot run at all.
+(each clustercheck prolog-path median <= NHC median) held. Exits 2 when it cannot run at all.
 """
 
 from __future__ import annotations
@@ -142,8 +145,16 @@ def main() -> int:
             env,
         ),
     ]
-
     tmp = tempfile.TemporaryDirectory(prefix="clustercheck-bench-")
+    state_file = Path(tmp.name) / "prolog-state.json"
+    subjects.append(
+        Subject(
+            "prolog",
+            f"clustercheck prolog (profile {PROFILE}; state file, no syslog)",
+            [str(console), "prolog", "--state-file", str(state_file), "--syslog-socket", ""],
+            env,
+        )
+    )
     nhc_path = os.environ.get("NHC", "")
     nhc_conf = os.environ.get("NHC_CONF", str(HERE / "nhc.conf"))
     nhc_state = "not installed here (set NHC to an nhc executable)"
@@ -176,6 +187,17 @@ def main() -> int:
             cc.note = f"its output is not a clustercheck JSON report ({type(exc).__name__}); figures are suspect"
     if any(rc not in (0, 1, 2, 3) for rc in cc.exit_codes):
         cc.note += f"; exit codes {sorted(cc.exit_codes)}: the run failed, figures are meaningless"
+    pro = next(s for s in subjects if s.key == "prolog")
+    if args.warmup:
+        try:
+            state = json.loads(state_file.read_text())
+            pro.note = f"verdict {state['verdict']} (exit {state['exit_code']}), " + ", ".join(
+                f"{c['id']}={c['status']}" for c in state["checks"]
+            )
+            if state["verdict"] == "internal-error":
+                pro.note += f"; internal error: {state.get('error')}: figures are meaningless"
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            pro.note = f"no readable state file ({type(exc).__name__}); figures are suspect"
 
     for r in range(args.rounds):
         order = subjects[r % len(subjects) :] + subjects[: r % len(subjects)]
@@ -225,14 +247,21 @@ def main() -> int:
     )
     if cc.note:
         lines.append(f"clustercheck warm-up run: {cc.note}")
+    lines.append(
+        f"clustercheck prolog / python -c pass: {med['prolog'] / med['pass']:.2f}x; "
+        f"prolog mode / run --local: {med['prolog'] / med['clustercheck']:.2f}x"
+    )
+    if pro.note:
+        lines.append(f"clustercheck prolog warm-up run: {pro.note}")
     if "nhc" in by:
         lines.append(f"clustercheck / NHC: {med['clustercheck'] / med['nhc']:.2f}x (median over median)")
-        held = med["clustercheck"] <= med["nhc"]
-        verdict = "TARGET HELD" if held else "TARGET MISSED"
-        lines.append(
-            f"{verdict}: clustercheck prolog median {med['clustercheck']:.1f} ms "
-            f"{'<=' if held else '>'} NHC median {med['nhc']:.1f} ms"
-        )
+        lines.append(f"clustercheck prolog / NHC: {med['prolog'] / med['nhc']:.2f}x (median over median)")
+        for key, what in (("clustercheck", "run --local --profile prolog"), ("prolog", "clustercheck prolog")):
+            held = med[key] <= med["nhc"]
+            verdict = "TARGET HELD" if held else "TARGET MISSED"
+            lines.append(
+                f"{verdict}: {what} median {med[key]:.1f} ms {'<=' if held else '>'} NHC median {med['nhc']:.1f} ms"
+            )
     else:
         lines.append(f"TARGET NOT EVALUATED: NHC {nhc_state}")
 
@@ -251,9 +280,10 @@ def main() -> int:
 
 RESULTS_HEADER = """# Prolog path: clustercheck vs LBNL NHC
 
-Target (issue #2): `clustercheck run --local --profile prolog --format json` (what a Slurm prolog
-runs on every job start) takes at most LBNL NHC's wall time on a comparable set of checks,
-measured in the same run, with `python -c pass` beside it. Written by `make bench`; only figures
+Target (issues #2 and #6): `clustercheck run --local --profile prolog --format json` and
+`clustercheck prolog` (the Slurm prolog mode: what slurmd runs on every job start) each take at
+most LBNL NHC's wall time on a comparable set of checks, measured in the same run, with
+`python -c pass` beside them. Written by `make bench`; only figures
 from one run are comparable (these machines are shared and noisy).
 
 ## Figures
@@ -264,12 +294,18 @@ RESULTS_NOTES = """
 ## Reading
 
 - Both tools report the same problem on this VM: it has no `/proc/modules` (a kernel without
-  module support) and no NVIDIA driver, so `node.modules` is `error` (exit 3) and NHC's modules
-  line fails (exit 1). Both run every other check first; the exit codes do not change the timings.
+  module support) and no NVIDIA driver, so `node.modules` is `error` (exit 3 from `run`; exit 0
+  from `prolog`, where "could not tell" lets the job run) and NHC's modules line fails (exit 1).
+  All run every other check first; the exit codes do not change the timings.
 - The clustercheck prolog path imports neither Typer (0.29 pulls in pydantic: ~85 ms), Rich,
-  paramiko nor psutil: `cli.main()` runs a plain `run --local` itself (tests/test_cli.py asserts
-  it). What remains is interpreter start-up, the package and PyYAML imports, and the profile load;
-  the four checks take well under a millisecond each.
+  paramiko nor psutil: `cli.main()` runs a plain `run --local` and `prolog` itself
+  (tests/test_cli.py and tests/test_prolog.py assert it). What remains is interpreter start-up,
+  the package and PyYAML imports, and the profile load; the four checks take well under a
+  millisecond each.
+- `clustercheck prolog` does what `run` does plus reading the job environment, starting its
+  watchdog thread and writing the JSON state file atomically; it prints a one-line verdict
+  instead of the JSON report. It runs with `--syslog-socket ''` (no syslog: a benchmark must not
+  flood it; one datagram to /dev/log costs microseconds, and this VM has no /dev/log).
 - About 100 ms of NHC's time is its watchdog's shutdown (`kill_watchdog` sleeps 0.1 s); with
   `-t 0` (no watchdog) the same NHC run takes ~27 ms. Sites run NHC with its watchdog on, which is
   what is compared here.
