@@ -1,0 +1,386 @@
+"""The `nvml` probe: the XML side on real nvidia-smi outputs, the NVML side with pynvml mocked
+(this machine has no GPU), and both giving equal records for the same GPU state."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pynvml
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pytest_mock import MockerFixture
+from tests.helpers import CORPUS
+
+from clustercheck import Host
+from clustercheck.errors import CommandTimeout, HostError
+from clustercheck.host import CommandResult
+from clustercheck.probes import nvml
+from clustercheck.probes.nvml import GpuRecord, format_cuda_version, parse_nvidia_smi_xml
+from clustercheck.transports import local as local_transport
+from clustercheck.transports.fixture import Fixture, RecordingTransport, ReplayTransport
+from clustercheck.transports.local import LocalTransport
+
+SMI = CORPUS / "nvidia_smi"
+A100 = SMI / "telegraf-nvidia-smi-q-x-A100-SXM4-80GB-535.xml.txt"
+A10G = SMI / "telegraf-nvidia-smi-q-x-A10G-515.xml.txt"
+T4 = SMI / "telegraf-nvidia-smi-q-x-TeslaT4-515.xml.txt"
+
+
+def without_source(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k != "source"}
+
+
+# -- nvidia-smi -q -x on the corpus ----------------------------------------------------------
+
+
+def test_a100_535_with_mig() -> None:
+    record = parse_nvidia_smi_xml(A100.read_text())
+    assert (record.driver_version, record.cuda_version, record.source) == ("535.54.03", "12.2", "nvidia-smi")
+    (gpu,) = record.gpus  # the file says 4 attached but describes one
+    assert gpu.name == "NVIDIA A100-SXM4-80GB" and gpu.architecture == "Ampere"
+    assert gpu.uuid == "GPU-513536b6-7d19-9063-b049-1e69664bb298"
+    assert gpu.pci_bus_id == "00000000:01:00.0"
+    assert (gpu.mig_current, gpu.mig_pending, gpu.persistence_mode, gpu.compute_mode) == (True, True, False, "DEFAULT")
+    assert (gpu.ecc_current, gpu.ecc_volatile_uncorrected, gpu.ecc_aggregate_uncorrected) == (True, 0, 0)
+    # remapped rows are N/A while MIG is enabled: not known, not zero
+    assert (gpu.remap_pending, gpu.remap_failure, gpu.remapped_rows_uncorrectable) == (None, None, None)
+    assert (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_width_current, gpu.pcie_width_max) == (4, 4, 16, 16)
+    assert gpu.clocks_event_reasons == ()  # 535 names them clocks_event_reasons, all Not Active
+    assert gpu.temperature_c == 27
+
+
+def test_a10g_515_throttle_reasons_and_row_remapper() -> None:
+    record = parse_nvidia_smi_xml(A10G.read_text())
+    (gpu,) = record.gpus
+    assert (record.driver_version, record.cuda_version) == ("515.105.01", "11.7")
+    assert gpu.clocks_event_reasons == ("gpu_idle",)  # from <clocks_throttle_reasons> before 535
+    assert (gpu.mig_current, gpu.mig_pending) == (None, None)  # N/A: no MIG on an A10G
+    assert (gpu.remapped_rows_correctable, gpu.remapped_rows_uncorrectable) == (0, 0)
+    assert (gpu.remap_pending, gpu.remap_failure) == (False, False)
+    assert (gpu.retired_pages_sbe, gpu.retired_pages_pending) == (None, None)
+    # an idle A10G on AWS: Gen 1 of 4 and x8 of x16, as published
+    assert (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_width_current, gpu.pcie_width_max) == (1, 4, 8, 16)
+
+
+def test_tesla_t4_page_retirement_instead_of_row_remapping() -> None:
+    (gpu,) = parse_nvidia_smi_xml(T4.read_text()).gpus
+    assert gpu.name == "Tesla T4" and gpu.architecture == "Turing"
+    assert (gpu.retired_pages_sbe, gpu.retired_pages_dbe, gpu.retired_pages_pending) == (0, 0, False)
+    assert gpu.remap_pending is None
+
+
+def test_records_survive_json_and_validation() -> None:
+    for path in (A100, A10G, T4):
+        record = parse_nvidia_smi_xml(path.read_text())
+        assert GpuRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
+
+
+def test_older_schemas_ecc_double_bit_total_and_missing_blocks() -> None:
+    xml = """<?xml version="1.0" ?><nvidia_smi_log><driver_version>470.82.01</driver_version>
+      <gpu id="00000000:3B:00.0"><product_name>Tesla V100-PCIE-32GB</product_name>
+      <ecc_mode><current_ecc>Enabled</current_ecc><pending_ecc>Enabled</pending_ecc></ecc_mode>
+      <ecc_errors><volatile><single_bit><total>3</total></single_bit><double_bit><device_memory>1</device_memory>
+      <total>1</total></double_bit></volatile></ecc_errors></gpu></nvidia_smi_log>"""
+    record = parse_nvidia_smi_xml(xml)
+    (gpu,) = record.gpus
+    assert record.cuda_version is None  # no <cuda_version> before 410
+    assert gpu.ecc_volatile_uncorrected == 1 and gpu.ecc_aggregate_uncorrected is None
+    assert gpu.pcie_width_current is None and gpu.clocks_event_reasons is None and gpu.uuid is None
+
+
+def test_550_parity_and_secded_counts_are_summed() -> None:
+    xml = """<nvidia_smi_log><gpu id="00000000:18:00.0"><ecc_errors><volatile>
+      <sram_correctable>9</sram_correctable><sram_uncorrectable_parity>1</sram_uncorrectable_parity>
+      <sram_uncorrectable_secded>2</sram_uncorrectable_secded><dram_correctable>0</dram_correctable>
+      <dram_uncorrectable>4</dram_uncorrectable></volatile></ecc_errors></gpu></nvidia_smi_log>"""
+    assert parse_nvidia_smi_xml(xml).gpus[0].ecc_volatile_uncorrected == 7
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("<nvidia_smi_log><gpu>", "does not parse: no element found: line 1, column 21"),
+        ("<html></html>", "expected <nvidia_smi_log>"),
+    ],
+)
+def test_garbage_xml_is_a_value_error_naming_where(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_nvidia_smi_xml(text)
+
+
+@given(st.text(max_size=300))
+@settings(max_examples=200, deadline=None)
+def test_parser_never_crashes_on_arbitrary_text(text: str) -> None:
+    with contextlib.suppress(ValueError):
+        parse_nvidia_smi_xml(text)
+
+
+_FIELDS = ["product_name", "uuid", "persistence_mode", "compute_mode", "current_ecc", "max_link_width", "gpu_temp"]
+
+
+_XML_TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=12)
+
+
+@given(st.lists(st.tuples(st.sampled_from(_FIELDS), _XML_TEXT), max_size=8))
+@settings(max_examples=200, deadline=None)
+def test_parser_takes_any_field_value_without_crashing(fields: list[tuple[str, str]]) -> None:
+    from xml.sax.saxutils import escape
+
+    body = "".join(f"<{tag}>{escape(value)}</{tag}>" for tag, value in fields)
+    record = parse_nvidia_smi_xml(f"<nvidia_smi_log><gpu>{body}</gpu></nvidia_smi_log>")
+    GpuRecord.from_json(json.loads(json.dumps(record.to_json())))
+
+
+def test_cuda_driver_version_encoding() -> None:
+    # domain-facts §A.5: 1000 * major + 10 * minor
+    assert [format_cuda_version(v) for v in (12040, 13000, 11070, 9020)] == ["12.4", "13.0", "11.7", "9.2"]
+
+
+def test_record_validation_names_the_bad_field() -> None:
+    good = parse_nvidia_smi_xml(T4.read_text()).to_json()
+    bad = json.loads(json.dumps(good))
+    bad["gpus"][0]["pcie_width_current"] = "x16"
+    with pytest.raises(ValueError, match=r"gpus\[0\]\.pcie_width_current is 'x16'"):
+        GpuRecord.from_json(bad)
+    with pytest.raises(ValueError, match="no `gpus` list"):
+        GpuRecord.from_json({"driver_version": "1"})
+    bad = json.loads(json.dumps(good))
+    bad["gpus"][0]["colour"] = "green"
+    with pytest.raises(ValueError, match="unknown fields: colour"):
+        GpuRecord.from_json(bad)
+
+
+# -- NVML in-process, mocked -------------------------------------------------------------------
+
+
+def not_supported() -> pynvml.NVMLError:
+    return pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+
+class FakeGpu:
+    """What NVML's calls return for one GPU (raw: bytes, enums, bitmasks, as the C API gives)."""
+
+    def __init__(self, **answers: Any) -> None:
+        self.answers = answers
+
+    def get(self, call: str) -> Any:
+        value = self.answers.get(call, not_supported())
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+
+def fake_nvml(mocker: MockerFixture, driver: bytes, cuda: int, gpus: list[FakeGpu | Exception]) -> None:
+    """Patch pynvml's functions to answer for these GPUs (an Exception: the handle cannot be had)."""
+    mocker.patch.object(pynvml, "nvmlInit")
+    mocker.patch.object(pynvml, "nvmlShutdown")
+    mocker.patch.object(pynvml, "nvmlSystemGetDriverVersion", return_value=driver)
+    mocker.patch.object(pynvml, "nvmlSystemGetCudaDriverVersion_v2", return_value=cuda)
+    mocker.patch.object(pynvml, "nvmlDeviceGetCount", return_value=len(gpus))
+
+    def handle(index: int) -> FakeGpu:
+        gpu = gpus[index]
+        if isinstance(gpu, Exception):
+            raise gpu
+        return gpu
+
+    mocker.patch.object(pynvml, "nvmlDeviceGetHandleByIndex", side_effect=handle)
+    simple = [
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetPciInfo",
+        "nvmlDeviceGetArchitecture",
+        "nvmlDeviceGetPersistenceMode",
+        "nvmlDeviceGetComputeMode",
+        "nvmlDeviceGetMigMode",
+        "nvmlDeviceGetEccMode",
+        "nvmlDeviceGetRemappedRows",
+        "nvmlDeviceGetRetiredPagesPendingStatus",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrPcieLinkGeneration",
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        "nvmlDeviceGetCurrPcieLinkWidth",
+        "nvmlDeviceGetMaxPcieLinkWidth",
+    ]
+    for name in simple:
+        mocker.patch.object(pynvml, name, side_effect=lambda h, _n=name: h.get(_n))
+    mocker.patch.object(
+        pynvml,
+        "nvmlDeviceGetTotalEccErrors",
+        side_effect=lambda h, kind, counter: h.get(f"ecc {kind} {counter}"),
+    )
+    mocker.patch.object(pynvml, "nvmlDeviceGetRetiredPages", side_effect=lambda h, cause: h.get(f"retired {cause}"))
+    mocker.patch.object(pynvml, "nvmlDeviceGetTemperature", side_effect=lambda h, sensor: h.get(f"temp {sensor}"))
+
+
+class Pci:
+    def __init__(self, bus_id: bytes) -> None:
+        self.busId = bus_id
+
+
+UNC = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+VOL, AGG = pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC
+SBE = pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+DBE = pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+TEMP = pynvml.NVML_TEMPERATURE_GPU
+
+# The GPU states of the three corpus files, as NVML reports them.
+A100_NVML = FakeGpu(
+    **{
+        "nvmlDeviceGetName": b"NVIDIA A100-SXM4-80GB",
+        "nvmlDeviceGetUUID": b"GPU-513536b6-7d19-9063-b049-1e69664bb298",
+        "nvmlDeviceGetPciInfo": Pci(b"00000000:01:00.0"),
+        "nvmlDeviceGetArchitecture": pynvml.NVML_DEVICE_ARCH_AMPERE,
+        "nvmlDeviceGetPersistenceMode": 0,
+        "nvmlDeviceGetComputeMode": pynvml.NVML_COMPUTEMODE_DEFAULT,
+        "nvmlDeviceGetMigMode": [1, 1],
+        "nvmlDeviceGetEccMode": [1, 1],
+        f"ecc {UNC} {VOL}": 0,
+        f"ecc {UNC} {AGG}": 0,
+        "nvmlDeviceGetCurrentClocksEventReasons": 0,
+        "nvmlDeviceGetCurrPcieLinkGeneration": 4,
+        "nvmlDeviceGetMaxPcieLinkGeneration": 4,
+        "nvmlDeviceGetCurrPcieLinkWidth": 16,
+        "nvmlDeviceGetMaxPcieLinkWidth": 16,
+        f"temp {TEMP}": 27,
+    }
+)
+A10G_NVML = FakeGpu(
+    **{
+        "nvmlDeviceGetName": "NVIDIA A10G",  # newer nvidia-ml-py decodes to str
+        "nvmlDeviceGetUUID": "GPU-9a9a6c50-2a47-2f51-a902-b82c3b127e94",
+        "nvmlDeviceGetPciInfo": Pci(b"00000000:00:1E.0"),
+        "nvmlDeviceGetArchitecture": pynvml.NVML_DEVICE_ARCH_AMPERE,
+        "nvmlDeviceGetPersistenceMode": 0,
+        "nvmlDeviceGetComputeMode": pynvml.NVML_COMPUTEMODE_DEFAULT,
+        "nvmlDeviceGetEccMode": [1, 1],
+        f"ecc {UNC} {VOL}": 0,
+        f"ecc {UNC} {AGG}": 0,
+        "nvmlDeviceGetRemappedRows": (0, 0, 0, 0),
+        "nvmlDeviceGetCurrentClocksEventReasons": pynvml.nvmlClocksEventReasonGpuIdle,
+        "nvmlDeviceGetCurrPcieLinkGeneration": 1,
+        "nvmlDeviceGetMaxPcieLinkGeneration": 4,
+        "nvmlDeviceGetCurrPcieLinkWidth": 8,
+        "nvmlDeviceGetMaxPcieLinkWidth": 16,
+        f"temp {TEMP}": 17,
+    }
+)
+T4_NVML = FakeGpu(
+    **{
+        "nvmlDeviceGetName": b"Tesla T4",
+        "nvmlDeviceGetUUID": b"GPU-d37e67a5-91dd-3774-a5cb-99096249601a",
+        "nvmlDeviceGetPciInfo": Pci(b"00000000:00:1E.0"),
+        "nvmlDeviceGetArchitecture": pynvml.NVML_DEVICE_ARCH_TURING,
+        "nvmlDeviceGetPersistenceMode": 0,
+        "nvmlDeviceGetComputeMode": pynvml.NVML_COMPUTEMODE_DEFAULT,
+        "nvmlDeviceGetEccMode": [1, 1],
+        f"ecc {UNC} {VOL}": 0,
+        f"ecc {UNC} {AGG}": 0,
+        f"retired {SBE}": [],
+        f"retired {DBE}": [],
+        "nvmlDeviceGetRetiredPagesPendingStatus": 0,
+        "nvmlDeviceGetCurrentClocksEventReasons": 0,
+        "nvmlDeviceGetCurrPcieLinkGeneration": 3,
+        "nvmlDeviceGetMaxPcieLinkGeneration": 3,
+        "nvmlDeviceGetCurrPcieLinkWidth": 8,
+        "nvmlDeviceGetMaxPcieLinkWidth": 16,
+        f"temp {TEMP}": 40,
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("xml", "driver", "cuda", "gpu"),
+    [
+        (A100, b"535.54.03", 12020, A100_NVML),
+        (A10G, "515.105.01", 11070, A10G_NVML),
+        (T4, b"515.105.01", 11070, T4_NVML),
+    ],
+    ids=["A100-535-MIG", "A10G-515", "T4-515"],
+)
+def test_nvml_and_nvidia_smi_give_equal_records(
+    mocker: MockerFixture, xml: Path, driver: bytes, cuda: int, gpu: FakeGpu
+) -> None:
+    fake_nvml(mocker, driver, cuda, [gpu])
+    from_nvml = nvml.local()
+    from_xml = parse_nvidia_smi_xml(xml.read_text()).to_json()
+    assert from_nvml["source"] == "nvml" and from_xml["source"] == "nvidia-smi"
+    assert without_source(from_nvml) == without_source(from_xml)
+
+
+def test_a_lost_gpu_is_listed_with_its_error(mocker: MockerFixture) -> None:
+    fake_nvml(mocker, b"535.54.03", 12020, [A100_NVML, pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)])
+    record = GpuRecord.from_json(nvml.local())
+    assert [g.error for g in record.gpus] == [None, "GPU is lost"]
+    assert record.gpus[1].index == 1 and record.gpus[1].name is None
+
+
+def test_no_library_and_no_nvidia_smi_is_a_record_saying_so(mocker: MockerFixture) -> None:
+    mocker.patch.object(pynvml, "nvmlInit", side_effect=pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+    mocker.patch.object(nvml.shutil, "which", return_value=None)
+    record = nvml.local()
+    assert record["gpus"] == [] and record["error"].startswith("NVML library not found")
+
+
+def test_without_the_library_the_local_transport_falls_back_to_nvidia_smi(
+    mocker: MockerFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a stand-in nvidia-smi that prints the real A10G XML, first on PATH
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\n[ "$*" = "-q -x" ] || exit 2\ncat "{A10G}"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    path = f"{fake.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    monkeypatch.setenv("PATH", path)
+    mocker.patch.dict(local_transport._ENV, {"PATH": path})
+    mocker.patch.object(pynvml, "nvmlInit", side_effect=pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+    record = Host(LocalTransport("n1")).probe("nvml")
+    assert record == parse_nvidia_smi_xml(A10G.read_text()).to_json()
+    # and recording keeps the record, which replays without NVML or nvidia-smi
+    recorder = RecordingTransport(LocalTransport("n1"), tmp_path / "fx")
+    Host(recorder).probe("nvml")
+    recorder.write_manifest(profile="gpu-node", version="test", note="fallback", expect={})
+    assert Host(ReplayTransport(Fixture.load(tmp_path / "fx"))).probe("nvml") == record
+
+
+class ScriptedTransport:
+    """A transport whose one command answers as told (for nvidia-smi's failure modes)."""
+
+    kind = "scripted"
+    host = "n1"
+
+    def __init__(self, result: CommandResult) -> None:
+        self.result = result
+
+    def run(self, argv: Any, *, timeout: float) -> CommandResult:
+        assert tuple(argv) == ("nvidia-smi", "-q", "-x")
+        return self.result
+
+
+def smi(code: int | None, stdout: str = "", stderr: str = "", timed_out: bool = False) -> CommandResult:
+    return CommandResult(("nvidia-smi", "-q", "-x"), code, stdout, stderr, 0.1, timed_out)
+
+
+def test_remote_side_failure_modes() -> None:
+    missing = nvml.remote(ScriptedTransport(smi(127, stderr="nvidia-smi: command not found")), 10)  # type: ignore[arg-type]
+    assert missing["gpus"] == [] and "nvidia-smi not found" in missing["error"]
+    no_driver = (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\n"
+    )
+    failed = nvml.remote(ScriptedTransport(smi(9, no_driver)), 10)  # type: ignore[arg-type]
+    assert failed["error"] == "nvidia-smi exited 9: " + no_driver.strip()
+    mismatch = nvml.remote(
+        ScriptedTransport(smi(18, "Failed to initialize NVML: Driver/library version mismatch\n")), 10
+    )  # type: ignore[arg-type]
+    assert "Driver/library version mismatch" in mismatch["error"]
+    with pytest.raises(HostError, match="does not parse"):
+        nvml.remote(ScriptedTransport(smi(0, '<?xml version="1.0" ?>\n<nvidia_smi_log><gpu>')), 10)  # type: ignore[arg-type]
+    with pytest.raises(CommandTimeout):
+        nvml.remote(ScriptedTransport(smi(None, timed_out=True)), 10)  # type: ignore[arg-type]
