@@ -89,16 +89,16 @@ def test_json_shape_is_the_documented_one() -> None:
 def test_jsonl_has_one_line_per_host_and_check() -> None:
     proc = cli("run", "--replay", str(DEMO), "--profile", SITE, "--format", "jsonl")
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert len(lines) == 7 * 6
-    assert {line["host"] for line in lines} == {f"gpu00{i}" for i in range(1, 8)}
+    assert len(lines) == 13 * 18  # 13 hosts, 18 checks (node, gpu and stack)
+    assert {line["host"] for line in lines} == {f"gpu{i:03d}" for i in range(1, 14)}
 
 
 def test_junit_and_prometheus_written_atomically(tmp_path: Path) -> None:
     junit = tmp_path / "report.xml"
     assert cli("run", "--replay", str(DEMO), "--profile", SITE, "-f", "junit", "-o", str(junit)).returncode == 2
     suites = ET.parse(junit).getroot()
-    assert len(suites.findall("testsuite")) == 7
-    assert int(suites.get("failures", "0")) == 5
+    assert len(suites.findall("testsuite")) == 13
+    assert int(suites.get("failures", "0")) == 11
     prom = tmp_path / "clustercheck.prom"
     assert cli("run", "--replay", str(DEMO), "--profile", SITE, "-f", "prometheus", "-o", str(prom)).returncode == 2
     text = prom.read_text()

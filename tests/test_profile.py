@@ -53,13 +53,22 @@ def test_bundled_profiles_load_by_name(name: str) -> None:
     prof = profile.load(name)
     assert prof.name == name
     assert prof.path == profile.bundled_dir() / f"{name}.yaml"
-    assert prof.checks and all(c.id.startswith("node.") for c in prof.checks)
+    assert prof.checks and all(c.id.startswith(("node.", "gpu.")) for c in prof.checks)
 
 
 def test_gpu_node_extends_base_and_overrides_services() -> None:
     base, gpu = profile.load("base"), profile.load("gpu-node")
     # an overridden check keeps the parent's place; new checks follow
-    assert [c.id for c in gpu.checks] == [c.id for c in base.checks] + ["node.modules"]
+    gpu_checks = [
+        "gpu.count",
+        "gpu.driver",
+        "gpu.ecc",
+        "gpu.pcie_link",
+        "gpu.persistence_mode",
+        "gpu.throttle",
+        "gpu.xid",
+    ]
+    assert [c.id for c in gpu.checks] == [c.id for c in base.checks] + ["node.modules", *gpu_checks]
     assert check(gpu, "node.services").params["running"] == ("slurmd", "munged", "nvidia-persistenced")
     assert check(gpu, "node.memory") == check(base, "node.memory")
     assert check(base, "node.memory").params == {"min_total": 4 * GiB, "min_available": 0}
@@ -98,7 +107,7 @@ def test_every_problem_is_reported_at_once_with_its_line(write: Any) -> None:
                 min_available: lots
               node.kernel:
               node.kernel: {min_release: 5.15}
-              gpu.count: {expected: 8}
+              gpu.counts: {expected: 8}
             """),
     )
     assert_problems(
@@ -111,7 +120,7 @@ def test_every_problem_is_reported_at_once_with_its_line(write: Any) -> None:
         (6, "node.memory needs the parameter 'min_total' (a size like 512GiB)"),
         (9, "check node.kernel is listed twice"),
         (9, "node.kernel.min_release: expected a string, got the number 5.15: quote it ('5.15')"),
-        (10, "unknown check 'gpu.count'"),
+        (10, "unknown check 'gpu.counts' (did you mean gpu.count?)"),
     )
 
 

@@ -1,0 +1,418 @@
+"""gpu.* checks: the kernel-log and version-file parsers on real lines, and every check's
+verdicts over edited copies of the H100 fixture and records of the real corpus GPUs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from clustercheck.checks.gpu import XID_CATALOG, parse_nvidia_version_file, parse_xids
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.helpers import CORPUS, FIXTURES, cli
+
+from clustercheck import Host, registry, runner
+from clustercheck.probes.nvml import parse_nvidia_smi_xml
+from clustercheck.profile import CheckConfig
+from clustercheck.result import CheckResult
+from clustercheck.transports.fixture import Fixture, ReplayTransport
+
+HEALTHY = FIXTURES / "gpu-h100" / "healthy"
+SMI = CORPUS / "nvidia_smi"
+
+
+def healthy_record() -> dict[str, Any]:
+    record: dict[str, Any] = json.loads((HEALTHY / "probes/nvml.json").read_text())
+    return record
+
+
+def node(
+    tmp_path: Path,
+    *,
+    record: dict[str, Any] | None = None,
+    files: dict[str, str | None] | None = None,
+    commands: dict[tuple[str, ...], tuple[int, str, str]] | None = None,
+) -> Path:
+    """A copy of the healthy H100 fixture with the given record, files (None: absent) and commands."""
+    folder = tmp_path / "node"
+    shutil.copytree(HEALTHY, folder)
+    if record is not None:
+        (folder / "probes/nvml.json").write_text(json.dumps(record))
+    meta = yaml.safe_load((folder / "fixture.yaml").read_text())
+    for path, text in (files or {}).items():
+        local = folder / "files" / path.lstrip("/")
+        if text is None:
+            local.unlink(missing_ok=True)
+            meta["absent"] = [*meta.get("absent", []), path]
+        else:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text(text)
+    for n, (argv, (code, out, err)) in enumerate((commands or {}).items()):
+        cmd = folder / "commands" / f"test-{n}"
+        cmd.mkdir(parents=True)
+        (cmd / "command.yaml").write_text(yaml.safe_dump({"argv": list(argv), "exit_code": code, "duration_s": 0.01}))
+        (cmd / "stdout").write_text(out)
+        (cmd / "stderr").write_text(err)
+    (folder / "fixture.yaml").write_text(yaml.safe_dump(meta))
+    return folder
+
+
+def run(folder: Path, check_id: str, **params: Any) -> CheckResult:
+    """Run one check on a fixture through the runner (so errors are results, as in a real run)."""
+    spec = registry.lookup(check_id)
+    assert spec is not None
+    values = {p.name: p.default for p in spec.params if not p.required} | params
+    host = Host(ReplayTransport(Fixture.load(folder)))
+    return runner.run_one(host, CheckConfig(check_id, values, 30.0, "test"))
+
+
+def corpus_record(name: str) -> dict[str, Any]:
+    record = parse_nvidia_smi_xml((SMI / name).read_text()).to_json()
+    return record
+
+
+# -- parsers on real text ----------------------------------------------------------------------
+
+
+def test_xid_lines_from_real_logs() -> None:
+    # quoted from NVIDIA/open-gpu-kernel-modules#1151, NVIDIA/NVSentinel#155, a 2017 syslog
+    # paste, stas00/ml-engineering and the journalctl -k format
+    log = (
+        "May 18 19:02:39 kernel: NVRM: GPU at PCI:0000:2b:00: GPU-0b11d014-1685-04bd-26ed-5fc0bc1c44ae\n"
+        "May 18 19:02:39 kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.\n"
+        "May 18 19:02:39 kernel: NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.\n"
+        "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\n"
+        "               NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+        "               NVRM: fallen off the bus and is not responding to commands.\n"
+        "[ 5107.644336] NVRM: Xid (PCI:0000:03:00): 79, GPU has fallen off the bus.)\n"
+        "NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, reset gpu to activate.\n"
+        "[  269.517039] NVRM: Xid (0000:01:00): 3, C 00000005 SC 00000007 M 00001ffc Data ffffffff\n"
+        "Okt 06 17:59:27 balrog kernel: NVRM: Xid (PCI:0000:01:00): 79, pid=1122, GPU has fallen off the bus.\n"
+    )
+    events = parse_xids(log)
+    assert [(e.xid, e.pci) for e in events] == [
+        (79, "0000:2b:00"),  # once, although the GPU-at and fallen-off lines surround it
+        (79, "0000:b3:00"),  # no Xid line at all: still XID 79
+        (79, "0000:03:00"),
+        (63, "0000:10:1c"),
+        (3, "0000:01:00"),
+        (79, "0000:01:00"),
+    ]
+    assert events[1].uptime_s == 1843.308145 and events[0].uptime_s is None
+    assert events[-1].message == "GPU has fallen off the bus."  # pid=... dropped
+    assert [e.fatal for e in events] == [True, True, True, False, True, True]
+
+
+def test_xid_catalog_is_nvidias() -> None:
+    # NVIDIA's immediate actions for the XIDs admins meet most (NVSentinel's catalog mapping)
+    assert {
+        x: (XID_CATALOG[x].action, XID_CATALOG[x].fatal) for x in (13, 31, 43, 48, 63, 64, 74, 79, 94, 95, 119)
+    } == {
+        13: ("RESTART_APP", False),
+        31: ("RESTART_APP", False),
+        43: ("IGNORE", False),
+        48: ("WORKFLOW_XID_48", True),
+        63: ("IGNORE", False),
+        64: ("RESET_GPU", True),
+        74: ("WORKFLOW_NVLINK_ERR", True),
+        79: ("RESTART_BM", True),
+        94: ("RESTART_APP", False),
+        95: ("RESET_GPU", True),
+        119: ("RESET_GPU", True),
+    }
+    assert sorted(XID_CATALOG) == list(range(1, 162))
+
+
+def test_xid_154_takes_the_recovery_action_from_its_message() -> None:
+    log = "NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)\n"
+    (event,) = parse_xids(log)
+    assert event.fatal and event.action == "GPU Reset Required"
+    (none,) = parse_xids(log.replace("0x1 (GPU Reset Required)", "0x0 (None)"))
+    assert not none.fatal
+
+
+@given(st.text(max_size=400))
+@settings(max_examples=200, deadline=None)
+def test_xid_parser_takes_any_text(text: str) -> None:
+    for event in parse_xids(text + "\nNVRM: Xid (PCI:0000:18:00): 79, x\n"):
+        assert event.xid >= 0 and event.line >= 1
+
+
+def test_nvidia_version_file_proprietary_and_open() -> None:
+    assert parse_nvidia_version_file((HEALTHY / "files/proc/driver/nvidia/version").read_text()) == ("550.54.15", False)
+    open_module = (
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  "
+        "(dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:16:25 UTC 2024\nGCC version:  gcc version 12.3.0\n"
+    )
+    assert parse_nvidia_version_file(open_module) == ("550.54.15", True)
+    assert parse_nvidia_version_file("garbage\n") == (None, False)
+
+
+# -- no driver ---------------------------------------------------------------------------------
+
+
+def test_no_driver_fails_count_and_skips_the_rest(tmp_path: Path) -> None:
+    record = {
+        "source": "nvml",
+        "error": "NVML library not found (libnvidia-ml.so.1), and no nvidia-smi on PATH",
+        "driver_version": None,
+        "cuda_version": None,
+        "gpus": [],
+    }
+    folder = node(tmp_path, record=record, files={"/proc/driver/nvidia/version": None})
+    count = run(folder, "gpu.count", expected=8)
+    assert count.status.value == "fail"
+    assert count.summary.startswith("0 GPUs visible, expected 8: NVML library not found")
+    for check_id in (
+        "gpu.model",
+        "gpu.ecc",
+        "gpu.pcie_link",
+        "gpu.persistence_mode",
+        "gpu.throttle",
+        "gpu.isolation",
+        "gpu.peermem",
+        "gpu.driver",
+        "stack.cuda_compat",
+    ):
+        params = {"expected": "H100"} if check_id == "gpu.model" else {}
+        if check_id == "stack.cuda_compat":
+            params = {"cuda_version": "12.4"}
+        result = run(folder, check_id, **params)
+        assert result.status.value == "skip", (check_id, result.summary)
+        assert "NVML library not found" in result.summary
+
+
+def test_no_driver_on_this_machine_over_the_cli(tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text("name: t\nchecks:\n  gpu.count: {expected: 8}\n  gpu.ecc:\n")
+    proc = cli("run", "--local", "--profile", profile, "--format", "json")
+    checks = {c["id"]: c for c in json.loads(proc.stdout)["hosts"].popitem()[1]["checks"]}
+    if checks["gpu.count"]["data"]["visible"]:  # pragma: no cover - a machine with GPUs
+        pytest.skip("this machine has NVIDIA GPUs")
+    assert proc.returncode == 2
+    assert checks["gpu.count"]["summary"].startswith("0 GPUs visible, expected 8: ")
+    assert checks["gpu.ecc"]["status"] == "skip"
+
+
+# -- count, model, driver ----------------------------------------------------------------------
+
+
+def test_count_and_model_on_the_h100_fixture(tmp_path: Path) -> None:
+    folder = node(tmp_path)
+    assert run(folder, "gpu.count", expected=8).summary == "8 GPUs visible: NVIDIA H100 80GB HBM3"
+    assert run(folder, "gpu.count", expected=4).summary == "8 GPUs visible, expected 4"
+    assert run(folder, "gpu.count").status.value == "ok"
+    assert run(folder, "gpu.model", expected="h100").summary == "8 x NVIDIA H100 80GB HBM3"
+    wrong = run(folder, "gpu.model", expected="A100")
+    assert wrong.status.value == "fail" and "GPU 0 (GPU-" in wrong.summary and "expected A100" in wrong.summary
+
+
+def test_mixed_models_fail(tmp_path: Path) -> None:
+    record = healthy_record()
+    record["gpus"][7]["name"] = "NVIDIA H100 PCIe"
+    result = run(node(tmp_path, record=record), "gpu.model", expected="H100")
+    assert result.status.value == "fail" and result.summary.startswith("mixed GPU models")
+
+
+def test_driver_kernel_module_mismatch_after_an_upgrade(tmp_path: Path) -> None:
+    record = healthy_record()
+    record["driver_version"] = "550.90.07"  # libraries upgraded, module of the old driver still loaded
+    result = run(node(tmp_path, record=record), "gpu.driver")
+    assert result.status.value == "fail"
+    assert "kernel module 550.54.15 but user-space driver 550.90.07" in result.summary
+
+
+def test_driver_minimum_and_exact(tmp_path: Path) -> None:
+    folder = node(tmp_path)
+    assert run(folder, "gpu.driver", min_version="535.104.05").status.value == "ok"
+    old = run(folder, "gpu.driver", min_version="550.90.07")
+    assert old.status.value == "fail" and "older than the minimum 550.90.07" in old.summary
+    assert run(folder, "gpu.driver", exact="550.54.15").status.value == "ok"
+    assert run(folder, "gpu.driver", exact="550.90.07").status.value == "fail"
+    assert run(folder, "gpu.driver", min_version="five-fifty").status.value == "error"
+
+
+# -- health -------------------------------------------------------------------------------------
+
+
+def test_ecc_failures_name_index_and_uuid(tmp_path: Path) -> None:
+    record = healthy_record()
+    record["gpus"][1].update(remap_failure=True)
+    result = run(node(tmp_path, record=record), "gpu.ecc")
+    uuid = record["gpus"][1]["uuid"]
+    assert result.status.value == "fail" and f"GPU 1 ({uuid}, 00000000:2A:00.0): row remapping failed" in result.summary
+
+
+def test_ecc_on_the_t4_uses_page_retirement(tmp_path: Path) -> None:
+    record = corpus_record("telegraf-nvidia-smi-q-x-TeslaT4-515.xml.txt")
+    assert run(node(tmp_path, record=record), "gpu.ecc").status.value == "ok"
+    record["gpus"][0]["retired_pages_pending"] = True
+    pending = run(node(tmp_path / "b", record=record), "gpu.ecc")
+    assert pending.status.value == "fail" and "pages pending retirement" in pending.summary
+
+
+def test_ecc_disabled_and_mode_change_pending(tmp_path: Path) -> None:
+    record = healthy_record()
+    record["gpus"][0].update(ecc_current=False, ecc_pending=False)
+    assert "ECC is disabled" in run(node(tmp_path, record=record), "gpu.ecc").summary
+    assert run(node(tmp_path / "b", record=record), "gpu.ecc", require_enabled=False).status.value == "ok"
+    record = healthy_record()
+    record["gpus"][0].update(ecc_pending=False)
+    assert run(node(tmp_path / "c", record=record), "gpu.ecc").status.value == "warn"
+
+
+def test_pcie_width_always_gen_only_when_asked(tmp_path: Path) -> None:
+    # the real A10G: Gen 1 of 4 (idle) at x8 of x16
+    folder = node(tmp_path, record=corpus_record("telegraf-nvidia-smi-q-x-A10G-515.xml.txt"))
+    width = run(folder, "gpu.pcie_link")
+    assert width.status.value == "fail" and width.summary.endswith("PCIe link x8, expected x16")
+    assert run(folder, "gpu.pcie_link", expected_width=8).status.value == "ok"
+    gen = run(folder, "gpu.pcie_link", expected_width=8, check_gen=True)
+    assert gen.status.value == "warn" and "PCIe Gen 1, expected Gen 4" in gen.summary
+    assert run(folder, "gpu.pcie_link", expected_width=8, check_gen=True, expected_gen=1).status.value == "ok"
+
+
+def test_persistence_mode(tmp_path: Path) -> None:
+    assert run(node(tmp_path), "gpu.persistence_mode").summary == "persistence mode enabled on 8 GPUs"
+    a100 = node(tmp_path / "b", record=corpus_record("telegraf-nvidia-smi-q-x-A100-SXM4-80GB-535.xml.txt"))
+    off = run(a100, "gpu.persistence_mode")
+    assert off.status.value == "fail" and off.summary == "persistence mode disabled on GPU 0, expected enabled"
+    assert run(a100, "gpu.persistence_mode", expected=False).status.value == "ok"
+
+
+def test_throttle_reasons_and_temperature(tmp_path: Path) -> None:
+    record = healthy_record()
+    record["gpus"][4]["clocks_event_reasons"] = ["hw_slowdown", "hw_power_brake_slowdown"]
+    hot = run(node(tmp_path, record=record), "gpu.throttle")
+    assert hot.status.value == "fail" and "hw_slowdown, hw_power_brake_slowdown active" in hot.summary
+    record = healthy_record()
+    record["gpus"][4]["clocks_event_reasons"] = ["sw_thermal_slowdown"]
+    assert run(node(tmp_path / "b", record=record), "gpu.throttle").status.value == "warn"
+    healthy = node(tmp_path / "c")
+    assert run(healthy, "gpu.throttle").summary == "8 GPUs: no hardware slowdown, hottest 32 °C"
+    assert "32 °C, expected at most 30 °C" in run(healthy, "gpu.throttle", max_temperature=30).summary
+    bad = run(healthy, "gpu.throttle", fail_on=("hw_slowdwn",))
+    assert bad.status.value == "error" and "unknown clock event reasons hw_slowdwn" in bad.summary
+
+
+def test_isolation_mig_and_compute_mode(tmp_path: Path) -> None:
+    a100 = node(tmp_path, record=corpus_record("telegraf-nvidia-smi-q-x-A100-SXM4-80GB-535.xml.txt"))
+    assert "MIG enabled, expected disabled" in run(a100, "gpu.isolation", mig="disabled").summary
+    assert run(a100, "gpu.isolation", mig="enabled").status.value == "ok"
+    multi = run(a100, "gpu.isolation", compute_mode="exclusive_process")
+    assert multi.status.value == "fail" and "compute mode DEFAULT, expected EXCLUSIVE_PROCESS" in multi.summary
+    record = healthy_record()
+    record["gpus"][0]["mig_pending"] = True
+    assert (
+        "MIG change to enabled pending a GPU reset" in run(node(tmp_path / "b", record=record), "gpu.isolation").summary
+    )
+    assert run(a100, "gpu.isolation", mig="sometimes").status.value == "error"
+
+
+# -- XID through the kernel log ------------------------------------------------------------------
+
+
+def test_xid_falls_back_to_the_journal_where_dmesg_is_refused(tmp_path: Path) -> None:
+    journal = (
+        "[86412.190240] gpu017 kernel: NVRM: Xid (PCI:0000:5d:00): 95, pid=2207, name=python, Uncontained: FBHUB.\n"
+    )
+    folder = node(
+        tmp_path,
+        commands={
+            ("dmesg",): (1, "", "dmesg: read kernel buffer failed: Operation not permitted\n"),
+            ("journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q"): (0, journal, ""),
+        },
+    )
+    # the healthy fixture's own dmesg recording is replaced by the refused one
+    shutil.rmtree(folder / "commands" / "dmesg")
+    result = run(folder, "gpu.xid")
+    assert result.status.value == "fail"
+    assert result.summary.startswith("XID 95 on GPU 0000:5d:00 (Uncontained: FBHUB): drain the node and reset the GPU")
+    assert result.data["source"] == "journalctl -k -b"
+    assert run(folder, "gpu.xid", ignore=("95",)).status.value == "ok"
+
+
+def test_xid_application_faults_pass_unknown_ones_warn(tmp_path: Path) -> None:
+    log = (HEALTHY / "commands/dmesg/stdout").read_text() + (
+        "[90000.000001] NVRM: Xid (PCI:0000:18:00): 13, pid=4242, name=python, Graphics Exception: ESR 0x50\n"
+    )
+    app = node(tmp_path, commands={("dmesg",): (0, log, "")})
+    shutil.rmtree(app / "commands" / "dmesg")
+    result = run(app, "gpu.xid")
+    assert result.status.value == "ok" and result.summary == "no fatal XID since boot (non-fatal: XID 13)"
+    future = node(tmp_path / "b", commands={("dmesg",): (0, log.replace(": 13,", ": 999,"), "")})
+    shutil.rmtree(future / "commands" / "dmesg")
+    assert run(future, "gpu.xid").status.value == "warn"
+
+
+def test_xid_without_any_kernel_log_is_an_error(tmp_path: Path) -> None:
+    folder = node(
+        tmp_path,
+        commands={
+            ("dmesg",): (1, "", "dmesg: read kernel buffer failed: Operation not permitted\n"),
+            ("journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q"): (
+                1,
+                "",
+                "No journal files were found.\n",
+            ),
+        },
+    )
+    shutil.rmtree(folder / "commands" / "dmesg")
+    result = run(folder, "gpu.xid")
+    assert result.status.value == "error" and "cannot read the kernel log" in result.summary
+
+
+# -- GPUDirect RDMA ----------------------------------------------------------------------------
+
+OPEN_550 = (
+    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  "
+    "(dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:16:25 UTC 2024\n"
+)
+
+
+def test_peermem_or_dmabuf(tmp_path: Path) -> None:
+    modules = (HEALTHY / "files/proc/modules").read_text()
+    no_peermem = "".join(line for line in modules.splitlines(True) if not line.startswith("nvidia_peermem "))
+    dmabuf = node(tmp_path, files={"/proc/modules": no_peermem, "/proc/driver/nvidia/version": OPEN_550})
+    result = run(dmabuf, "gpu.peermem")
+    assert result.status.value == "ok" and "DMA-BUF is available" in result.summary
+    assert run(dmabuf, "gpu.peermem", allow_dmabuf=False).status.value == "fail"
+    old_kernel = node(
+        tmp_path / "b",
+        files={
+            "/proc/modules": no_peermem,
+            "/proc/driver/nvidia/version": OPEN_550,
+            "/proc/sys/kernel/osrelease": "5.4.0-150-generic\n",
+        },
+    )
+    assert "kernel 5.4.0-150-generic < 5.12" in run(old_kernel, "gpu.peermem").summary
+    no_rdma = "".join(line for line in modules.splitlines(True) if "ib_" not in line.split()[0] and "mlx5" not in line)
+    assert run(node(tmp_path / "c", files={"/proc/modules": no_rdma}), "gpu.peermem").status.value == "skip"
+
+
+def test_legacy_nv_peer_mem_counts(tmp_path: Path) -> None:
+    modules = (HEALTHY / "files/proc/modules").read_text().replace("nvidia_peermem ", "nv_peer_mem ")
+    assert run(node(tmp_path, files={"/proc/modules": modules}), "gpu.peermem").summary.startswith("nv_peer_mem loaded")
+
+
+# -- the record itself ---------------------------------------------------------------------------
+
+
+def test_a_broken_record_is_an_error_naming_the_field(tmp_path: Path) -> None:
+    record = copy.deepcopy(healthy_record())
+    record["gpus"][0]["temperature_c"] = "hot"
+    result = run(node(tmp_path, record=record), "gpu.throttle")
+    assert result.status.value == "error" and "gpus[0].temperature_c is 'hot'" in result.summary
+
+
+def test_every_gpu_check_explains_itself() -> None:
+    for check_id in ("gpu.count", "gpu.ecc", "gpu.xid", "gpu.peermem", "stack.cuda_compat", "stack.nccl"):
+        spec = registry.lookup(check_id)
+        assert spec is not None and "Why:" in spec.doc and "How:" in spec.doc and "Fix:" in spec.doc
+    proc = cli("explain", "gpu.xid")
+    assert proc.returncode == 0 and "NVIDIA's XID catalog" in proc.stdout
