@@ -94,7 +94,7 @@ def describe_gap(gap: Gap, total_devices: int) -> list[str]:
     elif gap.devices:
         said.append(f"{len(gap.devices)} of {total_devices} host RDMA devices are missing inside: {short(gap.devices)}")
     if gap.hcas:
-        said.append(f"HCAs {', '.join(gap.hcas)} are not visible in /sys/class/infiniband inside")
+        said.append(f"HCAs {span(gap.hcas)} are not visible in /sys/class/infiniband inside")
     said += list(gap.libraries)
     if gap.memlock:
         said.append(gap.memlock)

@@ -112,6 +112,22 @@ def select(names: Iterable[str], patterns: Sequence[str]) -> list[str]:
     return sorted(chosen, key=natural_key)
 
 
+def hca_patterns(names: Sequence[str]) -> list[str]:
+    """The HCA part of `names` entries (`mlx5_0:1` -> `mlx5_0`)."""
+    return [n.split(":", 1)[0] for n in names]
+
+
+def port_selected(port: Port, names: Sequence[str]) -> bool:
+    """Whether a port is selected by `names`: `HCA` patterns take every port, `HCA:N` only port N."""
+    if not names:
+        return True
+    for name in names:
+        hca, colon, number = name.partition(":")
+        if fnmatch.fnmatchcase(port.hca, hca) and (not colon or fnmatch.fnmatchcase(str(port.port), number)):
+            return True
+    return False
+
+
 def span(names: Sequence[str]) -> str:
     """'mlx5_0..mlx5_7' for a list of names, or the names themselves when there are few."""
     if len(names) > 3:
@@ -409,10 +425,10 @@ def devices(
     devices through /sys/class/infiniband_verbs/uverbsN/ibdev, `stat`s /dev/infiniband/*
     (mode, owner, group) and lists libibverbs.so.1 and `<libdir>/libibverbs/lib<name>-rdmav*.so`.
     `names` (shell patterns, e.g. `mlx5_[0-7]`) selects the HCAs jobs use; a name without a
-    wildcard must exist. `expected` (when above 0) is how many selected HCAs there must be.
-    Every selected HCA's uverbs device and `rdma_cm` must be read-write for others, or for
-    `job_group` when that group owns them. `providers` are the verbs providers that must be
-    installed.
+    wildcard must exist (a `:port` suffix, as rdma.ports takes it, is ignored here).
+    `expected` (when above 0) is how many selected HCAs there must be. Every selected HCA's
+    uverbs device and `rdma_cm` must be read-write for others, or for `job_group` when that
+    group owns them. `providers` are the verbs providers that must be installed.
 
     Fix: missing HCAs: `lspci | grep -i mellanox`, `dmesg | grep mlx5`, reseat or replace the
     card, load `mlx5_ib`. Missing uverbs: `modprobe ib_uverbs` (and `rdma_ucm` for rdma_cm).
@@ -421,7 +437,7 @@ def devices(
     RHEL) or MLNX_OFED/DOCA-OFED.
     """
     node = rdma(host)
-    chosen = select(node.ports, names)
+    chosen = select(node.ports, hca_patterns(names))
     evidence = [f"HCAs ({node.source}): {', '.join(node.hcas) or 'none'}"]
     evidence += [f"{h} firmware {node.firmware[h]}" for h in chosen if h in node.firmware]
     evidence += [d.describe() for d in node.devices.values()]
@@ -433,7 +449,7 @@ def devices(
         problems.append(
             f"no RDMA HCA{which} under /sys/class/infiniband" + (f", expected {expected}" if expected else "")
         )
-    for pattern in names:
+    for pattern in hca_patterns(names):
         if not _has_wildcard(pattern) and pattern not in node.ports:
             problems.append(f"HCA {pattern} is missing")
     if expected and chosen and len(chosen) != expected:
@@ -497,7 +513,8 @@ def ports(
 
     How: reads state, phys_state, rate and link_layer of every port under
     /sys/class/infiniband/<HCA>/ports/ (`ibstat` or `ibv_devinfo` when sysfs shows nothing).
-    `names` selects HCAs as in rdma.devices. `min_rate` is in Gb/s (400 for NDR, 200 for
+    `names` selects HCAs as in rdma.devices; `HCA:N` selects only port N (for a dual-port
+    card with one port cabled, e.g. `mlx5_*:1`). `min_rate` is in Gb/s (400 for NDR, 200 for
     HDR; 0 does not judge the rate). `link_layer` is `InfiniBand`, or `Ethernet` for RoCE.
 
     Fix: DOWN/Polling: check the cable and the switch port (`ibportstate`, the switch's
@@ -507,8 +524,8 @@ def ports(
     (Ethernet), then reboot.
     """
     node = rdma(host)
-    chosen = select(node.ports, names)
-    selected = [p for h in chosen for p in node.ports[h]]
+    chosen = select(node.ports, hca_patterns(names))
+    selected = [p for h in chosen for p in node.ports[h] if port_selected(p, names)]
     evidence = [
         f"{p.label}: state {p.state or '?'}, phys {p.phys_state or '?'}, rate {p.rate or '?'}, "
         f"link layer {p.link_layer or '?'}"

@@ -257,7 +257,7 @@ def test_nccl_if_list_semantics(entries: list[tuple[str, int | None]], exact: bo
 
 
 @given(st.text(max_size=200), st.text(alphabet="mlx5_0123456789", max_size=10), st.integers(-1, 9))
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=300, deadline=None)
 def test_nccl_if_list_garbage_never_crashes(value: str, device: str, port: int) -> None:
     parsed = parse_nccl_if_list(value)
     parsed.selects(device, port if port >= 0 else None)
@@ -478,3 +478,31 @@ def test_explain_has_the_remedy() -> None:
         assert spec is not None and all(part in spec.doc for part in ("Why:", "How:", "Fix:")), check_id
     proc = cli("explain", "rdma.nccl_env")
     assert proc.returncode == 0 and "NCCL_IB_HCA" in proc.stdout and "Fix:" in proc.stdout
+
+
+def test_ports_names_select_hcas_and_ports(tmp_path: Path) -> None:
+    broken = RDMA / "port-down-half-rate"
+    assert (
+        one(broken, "rdma.ports", {"names": ["mlx5_[0-2]", "mlx5_4", "mlx5_[67]"], "min_rate": 400}).status.value
+        == "ok"
+    )
+    # a dual-port card with one port cabled (corpus: ConnectX-3, port 1 Down/Disabled, port 2 Active)
+    fixture = variant(tmp_path, RDMA / "roce")
+    script = yaml.safe_load((next((fixture / "commands").glob("sh_-c*")) / "command.yaml").read_text())["argv"][2]
+    set_command(fixture, ["sh", "-c", script], "## sysfs\n## devices\n## libraries\n")
+    mlx4 = (IB_TOOLS / "pr-rdma-core-847-ibstat-mlx4-dualport-with-ibwarn-debug-EXCERPT.txt").read_text()
+    set_command(fixture, ["ibstat"], mlx4, exit_code=0)
+    assert one(fixture, "rdma.ports", {"names": ["mlx4_0:2"], "link_layer": ""}).status.value == "ok"
+    check = one(fixture, "rdma.ports", {"names": ["mlx4_*"], "link_layer": ""})
+    assert check.summary == "mlx4_0 port 1 is DOWN (Disabled), expected ACTIVE (LinkUp)"
+
+
+def test_bundled_h100_ib_profile() -> None:
+    from clustercheck import profile
+
+    prof = profile.load("h100-ib")
+    ids = [c.id for c in prof.checks]
+    assert {"rdma.devices", "rdma.ports", "rdma.memlock", "rdma.nccl_env"} <= set(ids)
+    assert {"container.apptainer_rdma", "container.enroot_rdma"} <= set(ids)
+    ports = next(c for c in prof.checks if c.id == "rdma.ports")
+    assert ports.params["min_rate"] == 400
