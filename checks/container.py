@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from clustercheck import Host, Result, Size, check, fail, ok, skip
 from clustercheck.registry import human_size
@@ -43,8 +43,7 @@ from .rdma import (  # relative: mypy sees checks/ as its own package
 # -- what the image lacks ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Gap:
+class Gap(NamedTuple):
     """What the probe found missing inside the image, against the host."""
 
     devices: tuple[str, ...]  # host /dev/infiniband/{uverbs*,rdma_cm} absent inside

@@ -25,13 +25,15 @@ import fnmatch
 import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from clustercheck import Host, Result, Size, check, fact, fail, ok, warn
 from clustercheck.errors import CommandTimeout, HostError
 from clustercheck.registry import human_size
 
 # -- model --------------------------------------------------------------------------------
+# NamedTuples, not dataclasses: eight dataclasses cost tens of ms of import (exec of generated
+# methods), and this module may sit on the prolog path.
 
 # Kernel port states and physical states, drivers/infiniband/core/sysfs.c (domain-facts §F).
 PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
@@ -46,8 +48,7 @@ PHYS_STATES = {
 }
 
 
-@dataclass(frozen=True)
-class Port:
+class Port(NamedTuple):
     """One HCA port as the node reports it (sysfs, ibstat or ibv_devinfo)."""
 
     hca: str
@@ -63,8 +64,7 @@ class Port:
         return f"{self.hca} port {self.port}"
 
 
-@dataclass(frozen=True)
-class DevNode:
+class DevNode(NamedTuple):
     """A character device under /dev/infiniband: octal mode bits, owner and group."""
 
     path: str
@@ -82,16 +82,16 @@ class DevNode:
         return f"{self.path} {self.mode:04o} {self.user}:{self.group}"
 
 
-@dataclass
 class RdmaNode:
     """What one node shows of RDMA: HCAs and their ports, uverbs devices, userspace libraries."""
 
-    ports: dict[str, list[Port]] = field(default_factory=dict)  # HCA -> ports (maybe none)
-    firmware: dict[str, str] = field(default_factory=dict)  # HCA -> fw_ver
-    uverbs: dict[str, str] = field(default_factory=dict)  # uverbsN -> HCA
-    devices: dict[str, DevNode] = field(default_factory=dict)  # /dev/infiniband/x -> node
-    libraries: list[str] = field(default_factory=list)
-    source: str = "sysfs"  # or "ibstat" / "ibv_devinfo" when sysfs showed no HCA
+    def __init__(self) -> None:
+        self.ports: dict[str, list[Port]] = {}  # HCA -> ports (maybe none)
+        self.firmware: dict[str, str] = {}  # HCA -> fw_ver
+        self.uverbs: dict[str, str] = {}  # uverbsN -> HCA
+        self.devices: dict[str, DevNode] = {}  # /dev/infiniband/x -> node
+        self.libraries: list[str] = []
+        self.source = "sysfs"  # or "ibstat" / "ibv_devinfo" when sysfs showed no HCA
 
     @property
     def hcas(self) -> list[str]:
@@ -751,8 +751,7 @@ PROBE_SCRIPT = "\n".join(
 PROBE_TIMEOUT = 600.0
 
 
-@dataclass(frozen=True)
-class ImageProbe:
+class ImageProbe(NamedTuple):
     """What the probe saw inside the image."""
 
     command: str
@@ -824,8 +823,7 @@ def image_probe(host: Host, argv: Sequence[str]) -> ImageProbe:
 MAX_IF_ENTRIES = 32
 
 
-@dataclass(frozen=True)
-class IfEntry:
+class IfEntry(NamedTuple):
     name: str  # a prefix, or an exact name when the list is exact
     port: int | None  # None: every port (NCCL's -1)
 
@@ -833,8 +831,7 @@ class IfEntry:
         return self.name if self.port is None else f"{self.name}:{self.port}"
 
 
-@dataclass(frozen=True)
-class IfList:
+class IfList(NamedTuple):
     """A parsed NCCL_IB_HCA / NCCL_SOCKET_IFNAME value, as NCCL itself reads it."""
 
     raw: str
@@ -948,8 +945,7 @@ def parse_nccl_conf(text: str) -> list[tuple[str, str, int]]:
 GDR_OFF = {"LOC", "0"}
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(NamedTuple):
     name: str
     value: str
     source: str
@@ -958,10 +954,9 @@ class Setting:
         return f"{self.name}={self.value} ({self.source})"
 
 
-@dataclass
-class Findings:
-    fails: list[str] = field(default_factory=list)
-    warns: list[str] = field(default_factory=list)
+class Findings(NamedTuple):
+    fails: list[str]
+    warns: list[str]
 
 
 def judge_nccl_settings(
@@ -973,7 +968,7 @@ def judge_nccl_settings(
     allow_no_gdr: bool = False,
 ) -> Findings:
     """Judge the effective NCCL settings of one context against the node's HCA ports and interfaces."""
-    out = Findings()
+    out = Findings([], [])
     sockets = out.warns if allow_sockets else out.fails
 
     s = settings.get("NCCL_IB_DISABLE")
@@ -991,7 +986,7 @@ def judge_nccl_settings(
     s = settings.get("NCCL_IB_HCA")
     if s is not None:
         hca_list = parse_nccl_if_list(s.value)
-        out.warns += [f"{s}: {p}" for p in hca_list.problems]
+        out.warns.extend(f"{s}: {p}" for p in hca_list.problems)
         all_ports = [p for h in sorted(ports_of, key=natural_key) for p in ports_of[h]]
         chosen = [p for p in all_ports if hca_list.selects(p.hca, p.port)]
         active = [p for p in chosen if p.state == "ACTIVE"]
@@ -1018,7 +1013,7 @@ def judge_nccl_settings(
     s = settings.get("NCCL_SOCKET_IFNAME")
     if s is not None:
         if_list = parse_nccl_if_list(s.value)
-        out.warns += [f"{s}: {p}" for p in if_list.problems]
+        out.warns.extend(f"{s}: {p}" for p in if_list.problems)
         present = interfaces()
         if not [i for i in present if if_list.selects(i)]:
             out.fails.append(
