@@ -104,7 +104,7 @@ def probe_evidence(probe: ImageProbe) -> list[str]:
     return [
         f"probe: `{probe.command}`",
         "inside: /dev/infiniband: " + (short(probe.devices) or "absent"),
-        "inside: /sys/class/infiniband: " + (", ".join(probe.hcas) or "absent"),
+        "inside: /sys/class/infiniband: " + (span(sorted(probe.hcas, key=natural_key)) or "absent"),
         "inside: libraries: " + (", ".join(probe.libraries) or "none found"),
         "inside: ulimit -l: " + ("not printed" if probe.memlock_bytes is None else show_limit(probe.memlock_bytes)),
     ]
