@@ -1146,5 +1146,11 @@ def nccl_env(
     if warns:
         return warn("; ".join(warns), remedy=remedy, data=data, evidence=evidence)
     count = sum(len(s) for s in contexts.values())
-    said = f"{count} NCCL settings checked" if count else "no NCCL_* setting found (NCCL picks the IB HCAs itself)"
-    return ok(said + "; none turns RDMA off or names a missing HCA or interface", data=data, evidence=evidence)
+    if not count:
+        return ok("no NCCL_* setting found: NCCL picks the IB HCAs itself", data=data, evidence=evidence)
+    return ok(
+        f"{count} NCCL setting{'s' if count != 1 else ''} checked; none turns RDMA off or names a missing HCA "
+        "or interface",
+        data=data,
+        evidence=evidence,
+    )

@@ -432,7 +432,13 @@ def test_nccl_env_sources(tmp_path: Path) -> None:
     assert one(HEALTHY, "rdma.nccl_env", {"env": ["NCCL_IB_DISABLE=1"], "allow_sockets": True}).status.value == "warn"
     # the job environment wins over /etc/nccl.conf, as NCCL's setenv(..., 0) does
     typo = RDMA / "nccl-ib-hca-typo"
-    assert one(typo, "rdma.nccl_env", {"env": ["NCCL_IB_HCA==mlx5_0,mlx5_1"]}).status.value == "ok"
+    check = one(typo, "rdma.nccl_env", {"env": ["NCCL_IB_HCA==mlx5_0,mlx5_1"]})
+    assert (check.status.value, check.summary) == (
+        "ok",
+        "1 NCCL setting checked; none turns RDMA off or names a missing HCA or interface",
+    )
+    assert check.data["bare metal"] == {"NCCL_IB_HCA": {"value": "=mlx5_0,mlx5_1", "source": "job environment"}}
+    assert one(HEALTHY, "rdma.nccl_env").summary == "no NCCL_* setting found: NCCL picks the IB HCAs itself"
     spaced = variant(tmp_path, typo, files={"/etc/nccl.conf": "NCCL_IB_HCA = mlx5_9\n"})
     check = one(spaced, "rdma.nccl_env")
     assert check.status.value == "warn" and "/etc/nccl.conf:1: `NCCL_IB_HCA =` has blanks" in check.summary
