@@ -82,6 +82,19 @@ def find_process(procs: Iterable[tuple[str, str]], name: str) -> str | None:
     return None
 
 
+def running_process(host: Host, name: str) -> str | None:
+    """The args of the process named `name`; None when none runs; "" when `ps` itself failed.
+
+    For the exporter this is context for a message (the page it serves is what counts; a
+    container's process shows in the node's ps as well), so a failing ps must not turn a
+    good scrape into an error; its observation stays in the evidence.
+    """
+    try:
+        return find_process(processes(host), name)
+    except HostError:
+        return ""
+
+
 def unit_state(host: Host, unit: str) -> str | None:
     """`systemctl is-active UNIT` (active, inactive, failed ...), None where there is no systemd."""
     result = host.run("systemctl", "is-active", unit)
@@ -465,9 +478,11 @@ def _remedy(kinds: Iterable[str]) -> str:
 def _fetch_failure(host: Host, url: str, got: Fetched, timeout: float) -> Findings:
     """Findings for a first scrape that got no page, with the exporter's process state."""
     found = Findings(data={"url": url, "tool": got.tool})
-    running = find_process(processes(host), "dcgm-exporter")
+    running = running_process(host, "dcgm-exporter")
     if got.kind == "timeout":
         found.add("timeout", f"{url} did not answer within {timeout:g} s ({got.detail})")
+    elif got.kind == "connect" and running == "":
+        found.add("connect", f"nothing accepts connections at {url} ({got.detail}; ps failed)")
     elif got.kind == "connect" and running is None:
         state = unit_state(host, "nvidia-dcgm-exporter.service")
         unit = f", nvidia-dcgm-exporter.service is {state}" if state else ""
@@ -485,7 +500,7 @@ def _fetch_failure(host: Host, url: str, got: Fetched, timeout: float) -> Findin
         found.add("http", f"{url} answered with an error: {got.detail}")
     else:
         found.add("other", f"fetching {url} with {got.tool} failed: {got.detail}")
-    if running is not None:
+    if running:
         found.evidence.append(f"dcgm-exporter process: {running[:200]}")
     return found
 
@@ -583,7 +598,10 @@ def dcgm_exporter(
     changed on every GPU, for at most `fresh_within` seconds; the exporter refreshes its
     values every 30 s by default (-c), so keep `fresh_within` above its interval, or 0 to
     skip this part. A page that does not parse, a refused connection and a page that does
-    not come within `scrape_timeout` seconds fail.
+    not come within `scrape_timeout` seconds fail; when nothing answers, the summary says
+    whether a dcgm-exporter process runs (a container's shows in the node's `ps` too) and
+    what systemd says of nvidia-dcgm-exporter.service. Raise the check's `timeout` (60 s)
+    along with `fresh_within`.
 
     Fix: start the exporter (`systemctl enable --now nvidia-dcgm-exporter`, or its
     container); for a missing GPU check `dcgmi discovery -l` and the exporter's log; add
@@ -596,7 +614,7 @@ def dcgm_exporter(
     if got.page is None:
         found = _fetch_failure(host, url, got, scrape_timeout)
         return fail("; ".join(found.messages), remedy=_remedy(found.problems), data=found.data, evidence=found.evidence)
-    running = find_process(processes(host), "dcgm-exporter")
+    running = running_process(host, "dcgm-exporter")
     try:
         series = parse_scrape(got.page)
     except ScrapeParseError as exc:
@@ -608,7 +626,8 @@ def dcgm_exporter(
     found = judge_scrape(series, gpus, fields)
     found.data.update(url=url, tool=got.tool)
     found.evidence.insert(0, f"fetched {url} with {got.tool}: {len(series)} series, {len(got.page)} bytes")
-    found.evidence.insert(1, f"dcgm-exporter process: {running[:200]}" if running else "no dcgm-exporter process seen")
+    seen = {None: "no dcgm-exporter process seen", "": "processes not listed (ps failed)"}
+    found.evidence.insert(1, seen[running] if not running else f"dcgm-exporter process: {running[:200]}")
     if "empty" not in found.problems and fresh_within > 0:
         _check_freshness(
             host,

@@ -373,10 +373,10 @@ def test_a_node_without_gpus_skips(mocker: MockerFixture, tmp_path: Path) -> Non
 def only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """only("wget"): the local transport's PATH holds that tool (plus ps and sleep) and nothing else."""
 
-    def limit(*tools: str) -> None:
+    def limit(*tools: str, base: tuple[str, ...] = ("ps", "sleep")) -> None:
         bindir = tmp_path / "bin"
         bindir.mkdir(exist_ok=True)
-        for tool in ("ps", "sleep", *tools):
+        for tool in (*base, *tools):
             real = sys.executable if tool == "python3" else shutil.which(tool)
             assert real, f"{tool} is needed for this test"
             (bindir / tool).symlink_to(os.path.realpath(real))
@@ -403,6 +403,15 @@ def test_each_tool_tells_refused_from_silent(mocker: MockerFixture, tmp_path: Pa
     with silent_server() as url:
         silent = run_check(mocker, tmp_path, GPUS, url=url, scrape_timeout=1)
     assert silent.status == "fail" and "did not answer within 1 s" in silent.summary, silent.summary
+
+
+def test_a_failing_ps_does_not_spoil_a_good_scrape(mocker: MockerFixture, tmp_path: Path, only: Any) -> None:
+    only("curl", base=("sleep",))
+    with MetricsServer(SCENARIOS["healthy"]) as server:
+        result = run_check(mocker, tmp_path, GPUS, url=server.url, fresh_within=1)
+    assert result.status == "ok" and "processes not listed (ps failed)" in result.evidence
+    down = run_check(mocker, tmp_path, GPUS, url=refused_url())
+    assert down.summary.startswith("nothing accepts connections at") and down.summary.endswith("; ps failed)")
 
 
 def test_no_fetch_tool_on_the_node_is_an_error(mocker: MockerFixture, tmp_path: Path, only: Any) -> None:
