@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.analyzers.topology import (
@@ -354,13 +354,12 @@ def cgroup(
 # -- slurm.gres --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GresLine:
+class GresLine(NamedTuple):
     """A gres.conf line for GPUs: the nodes it applies to (None: all), its count and device files."""
 
     line: int
     nodes: tuple[str, ...] | None
-    count: int
+    gpus: int
     files: tuple[str, ...]
     type: str
     autodetect: str | None
@@ -491,12 +490,12 @@ def gres(host: Host, *, config_dir: str = DEFAULT_DIR, node_name: str = "") -> R
             return fail(f"slurmd cannot read it: {exc}", remedy="Fix the line named.", data=data, evidence=evidence)
         mine = [g for g in lines if g.nodes is None or name in g.nodes]
         detect = next((g.autodetect for g in mine if g.autodetect), autodetect)
-        gpu_lines = [g for g in mine if g.count]
+        gpu_lines = [g for g in mine if g.gpus]
         if gpu_lines:
-            listed = sum(g.count for g in gpu_lines)
+            listed = sum(g.gpus for g in gpu_lines)
             for g in gpu_lines:
                 evidence.append(
-                    f"{gres_path}:{g.line}: {g.count} GPU{'s' if g.count != 1 else ''}"
+                    f"{gres_path}:{g.line}: {g.gpus} GPU{'s' if g.gpus != 1 else ''}"
                     + (f" ({fold(g.files)})" if g.files else " (no File=)")
                 )
             fileless = [g for g in gpu_lines if not g.files and detect in (None, "off")]

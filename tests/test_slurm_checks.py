@@ -131,7 +131,7 @@ def test_parse_gres_conf_of_a_real_heterogeneous_site() -> None:
     by_node: dict[str, int] = {}
     for g in lines:
         for node in g.nodes or ():
-            by_node[node] = by_node.get(node, 0) + g.count
+            by_node[node] = by_node.get(node, 0) + g.gpus
     assert by_node == {"ibnodo1": 4, "ibnodo2": 4, "visualizacion1": 2, "visualizacion2": 1, "ibtesla": 4}
     assert lines[0].files == tuple(f"/dev/nvidia{i}" for i in range(4)) and lines[0].type == "m2070q"
     auto, _ = parse_gres_conf("AutoDetect=nvml\nName=gpu Type=h100 File=/dev/nvidia[0-7]\n")
@@ -145,7 +145,7 @@ def test_dgx_site_slurm_conf_with_inline_comment_and_its_gres_conf() -> None:
     assert conf.get("debugflags") == "CPU_Bind,gres"  # the comment is not part of the value
     assert parse_gres_gpus(conf.nodes["dgx3"].params["gres"]) == 8 and "gres" not in conf.nodes["master"].params
     _, lines = parse_gres_conf(DGX_GRES)
-    assert sum(g.count for g in lines) == 8 and all(g.nodes is None for g in lines)
+    assert sum(g.gpus for g in lines) == 8 and all(g.nodes is None for g in lines)
 
 
 def test_sdcc_slurm_conf_with_spaces_around_equals() -> None:

@@ -498,6 +498,22 @@ def test_compare_finds_missing_links() -> None:
     assert any(f.startswith("warn") and "cables S-0008f105001086a2 to S-0008f10500108530, but" in f for f in found)
 
 
+def test_compare_matches_switches_by_nodes_and_cables_when_names_differ() -> None:
+    fabric = parse_ibnetdiscover(X5_DUMP.read_text(), X5_DUMP.name)
+    tree = fabric_topology(fabric, parse_node_map(X5_MAP), guid_names=True)
+    text = render_topology_conf(tree)
+    for i, guid in enumerate(sorted(set(re.findall(r"S-[0-9a-f]{16}", text)))):
+        text = text.replace(guid, f"sw{i}")  # a site's own switch names
+    assert compare(fabric, tree, parse_topology_conf(text, "renamed.conf")) == []
+    text = text.replace("Nodes=sl390lin[101-124]", "Nodes=sl390lin[101-120,122-124]")
+    text = text.replace("Nodes=r815lin[104-107,110-114]", "Nodes=r815lin[104-107,110-114],sl390lin121")
+    (found,) = compare(fabric, tree, parse_topology_conf(text, "renamed.conf"))
+    assert found.message == (
+        "sl390lin121: topology.conf puts it under sw1, but the cables go to S-0008f105002036b4 "
+        "(which topology.conf calls sw10)"
+    )
+
+
 def test_superbench_names_from_node_descriptions_and_no_aggregation_node() -> None:
     fabric = parse_ibnetdiscover(SUPERBENCH.read_text(), SUPERBENCH.name)
     tree = fabric_topology(fabric)
@@ -678,6 +694,13 @@ def test_cli_generate_and_compare(tmp_path: Path) -> None:
     proc = cli("topology", "--ibnetdiscover", X5_DUMP, "--node-map", node_map, "--compare", "--conf", X5_CONF)
     assert proc.returncode == 2 and "Switch configuration is not a tree" in proc.stdout
     assert "has no link" not in proc.stdout and "wrong" not in proc.stdout
+
+
+def test_cli_shows_the_fabric_tree_of_a_dump() -> None:
+    proc = cli("topology", "--ibnetdiscover", SUPERBENCH, "--nodes", "RMD[701091901003,701091906037]")
+    assert proc.returncode == 1, proc.stderr  # the dump names a node it does not describe
+    assert "└── S-0ff08c43213b3f30  (level 2)  <- lowest common switch" in proc.stdout
+    assert "S-0ff08c43215bae48  RMD[701091901003,701091901019] (2)  <- 1 of the nodes" in proc.stdout
 
 
 @pytest.mark.parametrize(

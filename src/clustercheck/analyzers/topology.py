@@ -26,8 +26,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from clustercheck.errors import UsageError
 from clustercheck.hostlist import expand, fold
@@ -44,8 +43,11 @@ class TopologyError(UsageError):
     """A topology, slurm.conf, gres.conf or ibnetdiscover file that cannot be read: FILE:LINE: why."""
 
 
-@dataclass(frozen=True)
-class Finding:
+# Values are NamedTuples, not dataclasses: creating a dataclass costs ~0.5 ms at import, and
+# checks/slurm.py (which imports this module) may run in every job's prolog.
+
+
+class Finding(NamedTuple):
     """One thing wrong (or worth knowing) about a topology, with where it was written."""
 
     status: Status
@@ -73,8 +75,7 @@ _PAIR_RE = re.compile(r'\s*([A-Za-z][A-Za-z0-9_.]*)\s*[-+*/]?=\s*(?:"([^"]*)"|([
 _INCLUDE_RE = re.compile(r"^\s*include\s+(\S.*?)\s*$", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class ConfLine:
+class ConfLine(NamedTuple):
     """One logical line of a Slurm config file: its `Key=Value` pairs in order."""
 
     source: str
@@ -165,8 +166,7 @@ def _expand(expression: str, where: str, what: str) -> list[str]:
 # -- the topology model -------------------------------------------------------------------------------
 
 
-@dataclass
-class Switch:
+class Switch(NamedTuple):
     """A switch (topology/tree) or a block (topology/block) as a file defines it."""
 
     name: str
@@ -766,8 +766,7 @@ def parse_topology(text: str, source: str, name: str | None = None) -> Topology:
 # -- placement -------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(NamedTuple):
     """How a node set sits in the topology, and the verdict."""
 
     nodes: tuple[str, ...]
@@ -877,8 +876,7 @@ def _top(topo: Topology, name: str) -> str:
 # -- slurm.conf ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class NodeDef:
+class NodeDef(NamedTuple):
     """A node as slurm.conf defines it: where, and its parameters (NodeName=DEFAULT merged in)."""
 
     name: str
@@ -887,14 +885,14 @@ class NodeDef:
     params: dict[str, str]
 
 
-@dataclass
 class SlurmConf:
     """The parts of slurm.conf clustercheck reads: global parameters and the nodes."""
 
-    source: str
-    params: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # key -> (value, file, line)
-    nodes: dict[str, NodeDef] = field(default_factory=dict)
-    files: list[str] = field(default_factory=list)
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.params: dict[str, tuple[str, str, int]] = {}  # lower-case key -> (value, file, line)
+        self.nodes: dict[str, NodeDef] = {}
+        self.files: list[str] = []
 
     def get(self, key: str) -> str | None:
         entry = self.params.get(key.lower())
@@ -1001,36 +999,34 @@ _HCA_DEVICE_RE = re.compile(r"^(mlx\d+_\d+|hfi\d+_\d+|qib\d+|HCA-\d+|ib\w*|bnxt_
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$")
 
 
-@dataclass(frozen=True)
-class IBLink:
+class IBLink(NamedTuple):
     port: int
     remote: str
     remote_port: int
     speed: str
 
 
-@dataclass
-class IBNode:
+class IBNode(NamedTuple):
     kind: str  # Switch | Ca | Rt
     name: str  # ibnetdiscover's id: "S-<guid>", "H-<guid>"
     ports: int
     description: str
     line: int
-    lid: int | None = None
-    links: list[IBLink] = field(default_factory=list)
+    lid: int | None
+    links: list[IBLink]  # filled while reading the node's port lines
 
     @property
     def guid(self) -> str:
         return normalize_guid(self.name)
 
 
-@dataclass
 class Fabric:
     """An ibnetdiscover dump: switches, HCAs and the cables between them."""
 
-    source: str
-    nodes: dict[str, IBNode]
-    findings: list[Finding] = field(default_factory=list)
+    def __init__(self, source: str, nodes: dict[str, IBNode]) -> None:
+        self.source = source
+        self.nodes = nodes
+        self.findings: list[Finding] = []
 
     @property
     def switches(self) -> list[IBNode]:
@@ -1069,7 +1065,7 @@ def parse_ibnetdiscover(text: str, source: str = "ibnetdiscover") -> Fabric:
         if m:
             kind, ports, name, desc, rest = m.groups()
             lid = _LID_RE.search(rest or "")
-            current = IBNode(kind, name, int(ports), desc or "", number, int(lid.group(1)) if lid else None)
+            current = IBNode(kind, name, int(ports), desc or "", number, int(lid.group(1)) if lid else None, [])
             if name in nodes:
                 raise TopologyError(f"{source}:{number}: {name} appears twice (first at line {nodes[name].line})")
             nodes[name] = current
@@ -1100,7 +1096,7 @@ def parse_ibnetdiscover(text: str, source: str = "ibnetdiscover") -> Fabric:
             )
         )
         for n in nodes.values():
-            n.links = [link for link in n.links if link.remote in nodes]
+            n.links[:] = [link for link in n.links if link.remote in nodes]
     # a cable is listed at both ends; add the end a partial dump may lack
     for n in list(nodes.values()):
         for link in n.links:
@@ -1261,21 +1257,7 @@ def compare(cables: Fabric, fabric: Topology, conf: Topology) -> list[Finding]:
     """What topology.conf says that the fabric contradicts: nodes under the wrong leaf, nodes and
     switch links the fabric does not have, nodes the fabric has that topology.conf lacks."""
     out: list[Finding] = []
-    # match each topology.conf switch to a fabric switch: same name, else the most shared nodes
-    match: dict[str, str] = {}
-    for name in conf.switches:
-        if name in fabric.switches:
-            match[name] = name
-            continue
-        mine = conf.covered(name)
-        best, score = None, 0
-        for fname in fabric.switches:
-            shared = len(mine & fabric.covered(fname))
-            if shared > score or (shared == score and best is not None and shared and
-                                  len(fabric.covered(fname)) < len(fabric.covered(best))):  # fmt: skip
-                best, score = fname, shared
-        if best is not None and score:
-            match[name] = best
+    match = _match_switches(cables, fabric, conf)
     conf_nodes = set(conf.node_leaves)
     fab_nodes = set(fabric.node_leaves)
     wrong: dict[tuple[str, str], list[str]] = {}
@@ -1372,3 +1354,46 @@ def compare(cables: Fabric, fabric: Topology, conf: Topology) -> list[Finding]:
                     )
                 )
     return out
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
+
+
+def _match_switches(cables: Fabric, fabric: Topology, conf: Topology) -> dict[str, str]:
+    """topology.conf switch -> fabric switch: the same name; else, for a leaf, the fabric leaf
+    sharing most of its nodes; for an upper switch, the fabric switch of the same level cabled
+    to most of its (matched) children."""
+    match = {name: name for name in conf.switches if name in fabric.switches}
+    fab_leaves = [n for n in fabric.leaves if n not in match.values()]
+    for name in conf.leaves:
+        if name in match:
+            continue
+        mine = conf.covered(name)
+        scored = [(_jaccard(mine, fabric.covered(f)), f) for f in fab_leaves]
+        best = max(scored, key=lambda sf: sf[0], default=(0.0, ""))
+        if best[0] > 0:
+            match[name] = best[1]
+
+    def lowest_first(name: str) -> int:
+        level = conf.level.get(name)
+        return MAX_DEPTH + 1 if level is None else level
+
+    uppers = sorted((n for n in conf.switches if n not in match and conf.switches[n].has_children), key=lowest_first)
+    for name in uppers:
+        kids = [match[c] for c in conf.switches[name].children if c in match]
+        level = conf.level.get(name)
+        best_key: tuple[int, float] = (0, 0.0)
+        chosen = ""
+        for fname, fsw in fabric.switches.items():
+            if not fsw.has_children or (level is not None and fabric.level.get(fname) != level):
+                continue
+            key = (
+                sum(1 for k in kids if k in cables.neighbours(fname)),
+                _jaccard(conf.covered(name), fabric.covered(fname)),
+            )
+            if key > best_key:
+                best_key, chosen = key, fname
+        if best_key[0] > 0:
+            match[name] = chosen
+    return match
