@@ -39,6 +39,7 @@ from tests.metrics_server import (
     refused_url,
     silent_server,
 )
+from tests.sshd import SSHServer
 
 from clustercheck import Host
 from clustercheck import profile as profiles
@@ -47,6 +48,7 @@ from clustercheck.runner import run_checks
 from clustercheck.transports import local as local_transport
 from clustercheck.transports.fixture import Fixture, RecordingTransport, ReplayTransport
 from clustercheck.transports.local import LocalTransport
+from clustercheck.transports.ssh import SSHTransport
 
 GPUS = [(g.index, g.uuid) for g in FIXTURE_GPUS]
 A100_MIG_UUID = "GPU-34319582-d595-d1c7-d1d2-179bcfa61660"  # the GPU of NVIDIA's MIG sample
@@ -605,3 +607,37 @@ def test_the_readme_shows_the_tested_recipe() -> None:
     if "clustercheck.timer" not in readme:
         pytest.skip("README has no systemd timer recipe yet (issue 8 sends it to the lead)")
     assert SERVICE in readme and TIMER in readme
+
+
+# -- over SSH: the scrape runs on the node, whatever the transport -------------------------
+
+
+@pytest.fixture
+def over_ssh(sshd: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SSHTransport]:
+    """The loopback sshd (tests/sshd.py) as the node, with a fresh HOME (no keys of yours)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    transport = SSHTransport(sshd.alias, ssh_config=str(sshd.ssh_config))
+    yield transport
+    transport.close()
+
+
+@pytest.mark.parametrize("tool", mon.SCRAPE_TOOLS)
+def test_each_fetch_command_survives_ssh_quoting(over_ssh: SSHTransport, tool: str) -> None:
+    host = Host(over_ssh)
+    with MetricsServer(SCENARIOS["healthy"]) as server:
+        got = mon.fetch(host, server.url, 5, 1, (tool,))
+    assert got.page is not None, got.detail
+    assert len(mon.parse_scrape(got.page)) == 152
+    assert server.agents == ["clustercheck-scrape-1"]
+    assert mon.fetch(host, refused_url(), 5, 1, (tool,)).kind == "connect"
+
+
+def test_the_check_over_ssh(mocker: MockerFixture, tmp_path: Path, over_ssh: SSHTransport) -> None:
+    mocker.patch.object(mon, "node_gpus", return_value=GPUS)
+    path = tmp_path / "profile.yaml"
+    with MetricsServer(SCENARIOS["gpu-missing"]) as server:
+        params = {"url": server.url, "fresh_within": 1}
+        path.write_text(json.dumps({"name": "t", "description": "t", "checks": {"monitoring.dcgm_exporter": params}}))
+        (result,) = run_checks(Host(over_ssh), profiles.load(str(path)).checks)
+    assert (result.status, result.summary) == ("fail", f"GPU 3 ({FIXTURE_GPUS[3].uuid[:12]}...) has no series")
