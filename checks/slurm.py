@@ -1,14 +1,14 @@
 """Slurm configuration checks: topology.conf against slurm.conf, a job's placement, cgroup device
 isolation, and GPU counts of slurm.conf/gres.conf against the GPUs the node has.
 
-Reads (in `config_dir`, default /etc/slurm): slurm.conf and the files it `Include`s,
+Reads, in the first of `config_dirs` that holds a slurm.conf (default /etc/slurm, then the
+copies a configless slurmd keeps in /run/slurm/conf and /var/spool/slurmd/conf-cache):
+slurm.conf and the files it `Include`s,
 topology.yaml (Slurm reads it first when present) or topology.conf, cgroup.conf, gres.conf.
 Runs: `printenv SLURM_JOB_NODELIST` (slurm.placement: the job's nodes, as the prolog sees them)
 and `ls -1 /proc/driver/nvidia/gpus` (slurm.gres: one entry per GPU the NVIDIA driver bound,
 without NVML). Nothing here writes, and nothing calls slurmctld (`scontrol`, `squeue`): Slurm
 advises prologs not to, and the checks stay safe on every job start.
-
-For configless Slurm, point `config_dir` at the slurmd's copy of the files (e.g. /run/slurm/conf).
 """
 
 from __future__ import annotations
@@ -35,36 +35,50 @@ from clustercheck.errors import HostError
 from clustercheck.hostlist import expand, fold
 from clustercheck.result import Status, worst
 
-DEFAULT_DIR = "/etc/slurm"
+# /etc/slurm, then where a configless slurmd keeps its copy (as checks/rdma.py looks too)
+CONFIG_DIRS = ("/etc/slurm", "/run/slurm/conf", "/var/spool/slurmd/conf-cache")
 
 # -- reading the configuration -------------------------------------------------------------------
 
 
-def read_slurm_conf(host: Host, config_dir: str) -> SlurmConf:
-    """slurm.conf with its includes; HostError (`error`: could not tell) when absent."""
+def locate(host: Host, config_dirs: tuple[str, ...]) -> tuple[str, str] | None:
+    """(the first of `config_dirs` holding a slurm.conf, that file's text), or None."""
 
-    def gather(h: Host) -> SlurmConf:
-        path = posixpath.join(config_dir, "slurm.conf")
-        text = h.read_optional(path)
-        if text is None:
+    def gather(h: Host) -> tuple[str, str] | None:
+        for folder in config_dirs:
+            text = h.read_optional(posixpath.join(folder, "slurm.conf"))
+            if text is not None:
+                return folder, text
+        return None
+
+    return host.fact(f"slurm.dir:{config_dirs}", gather)
+
+
+def read_slurm_conf(host: Host, config_dirs: tuple[str, ...]) -> tuple[str, SlurmConf]:
+    """(the config folder, slurm.conf with its includes); HostError (`error`) when there is none."""
+
+    def gather(h: Host) -> tuple[str, SlurmConf]:
+        found = locate(h, config_dirs)
+        if found is None:
             raise HostError(
                 h.name,
-                f"cannot tell: {path} is absent (not a Slurm node? for configless Slurm set config_dir to "
-                "the slurmd's copy, e.g. /run/slurm/conf)",
+                "cannot tell: no slurm.conf in " + ", ".join(config_dirs) + " (not a Slurm node? set config_dirs)",
             )
+        folder, text = found
+        path = posixpath.join(folder, "slurm.conf")
 
         def include(target: str) -> tuple[str, str]:
             if any(c in target for c in "*?["):
                 raise HostError(h.name, f"cannot tell: {path} includes {target}, a pattern this check does not expand")
-            full = target if target.startswith("/") else posixpath.join(config_dir, target)
+            full = target if target.startswith("/") else posixpath.join(folder, target)
             return full, h.read(full)
 
         try:
-            return parse_slurm_conf(text, path, include)
+            return folder, parse_slurm_conf(text, path, include)
         except TopologyError as exc:
             raise _Unreadable(h.name, str(exc)) from None
 
-    return host.fact(f"slurm.conf:{config_dir}", gather)
+    return host.fact(f"slurm.conf:{config_dirs}", gather)
 
 
 class _Unreadable(HostError):
@@ -114,7 +128,7 @@ def _findings_result(findings: list[Finding], ok_summary: str, data: dict[str, o
     ],
     timeout=10,
 )
-def topology(host: Host, *, config_dir: str = DEFAULT_DIR) -> Result:
+def topology(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Result:
     """Every node of slurm.conf hangs from one leaf switch, and slurmctld can read the switch tree.
 
     Why: topology-aware scheduling (TopologyPlugin=topology/tree or /block) places jobs only
@@ -136,7 +150,7 @@ def topology(host: Host, *, config_dir: str = DEFAULT_DIR) -> Result:
     `clustercheck topology --ibnetdiscover DUMP --generate`), then `scontrol reconfigure`.
     """
     try:
-        conf = read_slurm_conf(host, config_dir)
+        config_dir, conf = read_slurm_conf(host, config_dirs)
         topo = read_topology(host, config_dir)
     except _Unreadable as exc:
         return fail(f"slurmctld cannot read it: {exc}", remedy="Fix the line named.")
@@ -199,10 +213,15 @@ def topology(host: Host, *, config_dir: str = DEFAULT_DIR) -> Result:
 
 
 @check(
-    needs=["command printenv SLURM_JOB_NODELIST", "file /etc/slurm/topology.yaml", "file /etc/slurm/topology.conf"],
+    needs=[
+        "command printenv SLURM_JOB_NODELIST",
+        "file /etc/slurm/slurm.conf (where the configuration is)",
+        "file /etc/slurm/topology.yaml",
+        "file /etc/slurm/topology.conf",
+    ],
     timeout=5,
 )
-def placement(host: Host, *, config_dir: str = DEFAULT_DIR) -> Result:
+def placement(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Result:
     """The job's nodes sit under as few leaf switches as their number allows (a hint, never a failure).
 
     Why: a multi-node training job whose nodes are spread over more leaf switches than needed
@@ -231,6 +250,10 @@ def placement(host: Host, *, config_dir: str = DEFAULT_DIR) -> Result:
         nodes = expand(value)
     except Exception as exc:  # UsageError from a malformed hostlist
         raise HostError(host.name, f"cannot tell: SLURM_JOB_NODELIST={value!r}: {exc}") from None
+    found = locate(host, config_dirs)
+    if found is None:
+        return skip(f"no slurm.conf in {', '.join(config_dirs)}: no Slurm topology to judge the placement by")
+    config_dir = found[0]
     try:
         topo = read_topology(host, config_dir)
     except _Unreadable as exc:
@@ -283,7 +306,7 @@ def _yes(value: str | None) -> bool:
 def cgroup(
     host: Host,
     *,
-    config_dir: str = DEFAULT_DIR,
+    config_dirs: tuple[str, ...] = CONFIG_DIRS,
     constrain_devices: bool = True,
     constrain_cores: bool = False,
     constrain_ram: bool = False,
@@ -302,7 +325,7 @@ def cgroup(
     Fix: set `ConstrainDevices=yes` (and the others) in cgroup.conf, `TaskPlugin=task/cgroup,
     task/affinity` in slurm.conf, and restart slurmd on the nodes.
     """
-    conf = read_slurm_conf(host, config_dir)
+    config_dir, conf = read_slurm_conf(host, config_dirs)
     path = posixpath.join(config_dir, "cgroup.conf")
     text = host.read_optional(path)
     try:
@@ -416,7 +439,7 @@ def parse_gpu_dirs(text: str) -> list[str]:
 
 
 @check(needs=["file /etc/slurm/slurm.conf", "file /etc/slurm/gres.conf", "command ls /proc/driver/nvidia/gpus"])
-def gres(host: Host, *, config_dir: str = DEFAULT_DIR, node_name: str = "") -> Result:
+def gres(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS, node_name: str = "") -> Result:
     """The GPU count slurm.conf and gres.conf give this node is the number of GPUs it really has.
 
     Why: when slurmd finds fewer GPUs than slurm.conf configures, slurmctld marks the node
@@ -435,7 +458,7 @@ def gres(host: Host, *, config_dir: str = DEFAULT_DIR, node_name: str = "") -> R
     replace it, then `scontrol update NodeName=... State=RESUME`; a configuration that does not
     match the hardware: correct Gres= in slurm.conf and the File= lines in gres.conf.
     """
-    conf = read_slurm_conf(host, config_dir)
+    config_dir, conf = read_slurm_conf(host, config_dirs)
     name = node_name or host.name.split(".")[0]
     node = conf.nodes.get(name)
     if node is None:

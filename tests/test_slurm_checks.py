@@ -98,6 +98,11 @@ def set_command(fixture: Path, slug: str, stdout: str, exit_code: int = 0, stder
     (folder / "stderr").write_text(stderr)
 
 
+def no_slurm_conf(fixture: Path) -> None:
+    for folder in ("/etc/slurm", "/run/slurm/conf", "/var/spool/slurmd/conf-cache"):
+        set_file(fixture, f"{folder}/slurm.conf", None)
+
+
 def etc(fixture: Path, name: str) -> str:
     return (fixture / "files/etc/slurm" / name).read_text()
 
@@ -233,13 +238,31 @@ def test_gres_node_name_and_cpu_nodes(tmp_path: Path) -> None:
 
 def test_gres_without_slurm_conf_cannot_tell(tmp_path: Path) -> None:
     fx = copy(SDCC / "gpu001", tmp_path)
-    set_file(fx, "/etc/slurm/slurm.conf", None)
+    no_slurm_conf(fx)
     result = run(fx, "slurm.gres")
-    assert result.status.value == "error" and "/etc/slurm/slurm.conf is absent" in result.summary
+    assert result.status.value == "error"
+    assert result.summary == (
+        "cannot tell: no slurm.conf in /etc/slurm, /run/slurm/conf, /var/spool/slurmd/conf-cache "
+        "(not a Slurm node? set config_dirs)"
+    )
+    assert run(fx, "slurm.placement").status.value == "skip"
     set_command(fx, LS_GPUS, "", exit_code=2, stderr="ls: cannot access: Permission denied\n")
     set_file(fx, "/etc/slurm/slurm.conf", etc(SDCC / "gpu001", "slurm.conf"))
     result = run(fx, "slurm.gres")
     assert result.status.value == "error" and "exited 2" in result.summary
+
+
+def test_configless_copy_is_found(tmp_path: Path) -> None:
+    fx = copy(SDCC / "gpu001", tmp_path)
+    shutil.move(fx / "files/etc/slurm", fx / "files/run/slurm/conf")
+    set_file(fx, "/etc/slurm/slurm.conf", None)
+    manifest = yaml.safe_load((fx / "fixture.yaml").read_text())
+    manifest["absent"] = ["/etc/slurm/slurm.conf", "/run/slurm/conf/topology.yaml"]
+    (fx / "fixture.yaml").write_text(yaml.safe_dump(manifest))
+    result = run(fx, "slurm.gres")
+    assert result.status.value == "ok" and "/run/slurm/conf/gres.conf:1: 2 GPUs (/dev/nvidia[0-1])" in result.evidence
+    assert run(fx, "slurm.cgroup").status.value == "ok"
+    assert run(fx, "slurm.topology").data["topology"] == "/run/slurm/conf/topology.conf"
 
 
 # -- slurm.cgroup ----------------------------------------------------------------------------------------
@@ -420,8 +443,8 @@ def test_record_on_this_machine_then_replay(tmp_path: Path) -> None:
     profile = tmp_path / "p.yaml"
     profile.write_text(
         "name: p\ndescription: slurm checks on this machine\nchecks:\n"
-        + "".join(f"  slurm.{c}: {{config_dir: {config}}}\n" for c in ("topology", "placement", "cgroup"))
-        + f"  slurm.gres: {{config_dir: {config}, node_name: gpu001}}\n"
+        + "".join(f"  slurm.{c}: {{config_dirs: [{config}]}}\n" for c in ("topology", "placement", "cgroup"))
+        + f"  slurm.gres: {{config_dirs: [{config}], node_name: gpu001}}\n"
     )
     env_before = os.environ.get("SLURM_JOB_NODELIST")
     os.environ["SLURM_JOB_NODELIST"] = "gpu[001-002],hpc001"
