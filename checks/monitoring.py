@@ -535,7 +535,9 @@ def _check_freshness(
     step = f"{fresh_within / polls:.3g}"
     number = 1
     for number in range(2, polls + 2):
-        host.run("sleep", step, timeout=float(step) + 5)
+        pause = host.run("sleep", step, timeout=float(step) + 5)
+        if not pause.ok:  # scraping again at once would call live counters stale
+            raise HostError(host.name, f"cannot wait between scrapes on the node: {pause.describe()}")
         got = fetch(host, url, timeout, number, (tool,))
         if got.page is None:
             found.add("stale", f"scrape {number} of {url} failed: {got.detail}")

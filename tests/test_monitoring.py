@@ -416,6 +416,14 @@ def test_a_failing_ps_does_not_spoil_a_good_scrape(mocker: MockerFixture, tmp_pa
     assert down.summary.startswith("nothing accepts connections at") and down.summary.endswith("; ps failed)")
 
 
+def test_no_sleep_on_the_node_is_an_error_not_a_stale_verdict(mocker: MockerFixture, tmp_path: Path, only: Any) -> None:
+    only("curl", base=("ps",))
+    with MetricsServer(SCENARIOS["healthy"]) as server:
+        result = run_check(mocker, tmp_path, GPUS, url=server.url, fresh_within=1)
+    assert result.status == "error"
+    assert result.summary.startswith("cannot wait between scrapes on the node: $ sleep 0.333  (exit 127")
+
+
 def test_no_fetch_tool_on_the_node_is_an_error(mocker: MockerFixture, tmp_path: Path, only: Any) -> None:
     only()
     result = run_check(mocker, tmp_path, GPUS, url=refused_url())
