@@ -254,6 +254,22 @@ def test_yaml_picks_cluster_default_or_the_named_entry() -> None:
         parse_topology_yaml(text, name="nope")
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[" * 5000, "nested too deep|YAML"),
+        ("- topology: a\n  tree: {switches: [{switch: s0, nodes: 'n[1-'}]}\n", r"y:2: nodes: bad hostlist"),
+        ("- topology: a\n  tree:\n    switches:\n      - switch: s0\n        speed: 9\n", r"y:5: unknown switch key"),
+        ("- topology: a\n  tree: {}\n  block: {}\n", "must define exactly one of"),
+        ("{a: 1}\n", "expected a list of `- topology: NAME` entries"),
+        ("- topology: a\n  cluster_default: true\n  block:\n    block_sizes: [x]\n", "y:4: block_sizes"),
+    ],
+)
+def test_bad_topology_yaml_is_named(text: str, message: str) -> None:
+    with pytest.raises(TopologyError, match=message):
+        parse_topology_yaml(text, "y")
+
+
 def test_gcp_generated_yaml_expands_children_hostlists() -> None:
     topo = corpus("gcp-slurm-v6-cloud_topology.yaml-tree-expected.yaml.txt")
     assert topo.switches["s0"].children == ("s0_0", "s0_1", "s0_2", "s0_3", "s0_4")

@@ -602,6 +602,8 @@ def parse_topology_yaml(text: str, source: str = "topology.yaml", name: str | No
         raise TopologyError(f"{source}:{line}: YAML syntax error: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise TopologyError(f"{source}: YAML error: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise TopologyError(f"{source}: nested too deep to be a topology.yaml") from None
     if root is None:
         raise TopologyError(f"{source}: empty; expected a list of `- topology: NAME` entries")
     if not isinstance(root, yaml.SequenceNode):
