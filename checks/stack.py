@@ -328,7 +328,7 @@ def nccl(
             )
         version, source = found
         evidence.insert(0, f"NCCL {version} from {source}")
-    shown_plugins = ", ".join(plugins) if plugins else "none"
+    shown_plugins = ", ".join(_plugin_name(p) for p in plugins) if plugins else "none"
     plugin_text = f"net plugin {shown_plugins}" + (f" (NCCL_NET_PLUGIN={plugin_env})" if plugin_env else "")
     data = {"nccl": version, "source": source, "net_plugins": plugins, "nccl_net_plugin": plugin_env}
     problems = []
@@ -351,3 +351,10 @@ def nccl(
         )
     floor = f" (>= {min_version})" if min_version else ""
     return ok(f"NCCL {version}{floor}, {plugin_text}", data=data, evidence=evidence)
+
+
+def _plugin_name(path: str) -> str:
+    """'/opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so' -> 'libnccl-net.so (nccl_rdma_sharp_plugin)'."""
+    parts = path.split("/")
+    owner = parts[-3] if len(parts) >= 3 and parts[-2] in ("lib", "lib64") else parts[-2] if len(parts) >= 2 else ""
+    return f"{parts[-1]} ({owner})" if owner else parts[-1]

@@ -203,6 +203,7 @@ def fake_nvml(mocker: MockerFixture, driver: bytes, cuda: int, gpus: list[FakeGp
         "nvmlDeviceGetRemappedRows",
         "nvmlDeviceGetRetiredPagesPendingStatus",
         "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
         "nvmlDeviceGetCurrPcieLinkGeneration",
         "nvmlDeviceGetMaxPcieLinkGeneration",
         "nvmlDeviceGetCurrPcieLinkWidth",
@@ -263,7 +264,9 @@ A10G_NVML = FakeGpu(
         f"ecc {UNC} {VOL}": 0,
         f"ecc {UNC} {AGG}": 0,
         "nvmlDeviceGetRemappedRows": (0, 0, 0, 0),
-        "nvmlDeviceGetCurrentClocksEventReasons": pynvml.nvmlClocksEventReasonGpuIdle,
+        # a 515 libnvidia-ml has no ...EventReasons symbol yet, only ...ThrottleReasons
+        "nvmlDeviceGetCurrentClocksEventReasons": pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND),
+        "nvmlDeviceGetCurrentClocksThrottleReasons": pynvml.nvmlClocksThrottleReasonGpuIdle,
         "nvmlDeviceGetCurrPcieLinkGeneration": 1,
         "nvmlDeviceGetMaxPcieLinkGeneration": 4,
         "nvmlDeviceGetCurrPcieLinkWidth": 8,

@@ -112,7 +112,7 @@ def test_the_script_runs_over_an_unpacked_image_on_this_machine(tmp_path: Path) 
     )
     nccl = checks["stack.nccl"]
     assert nccl["status"] == "ok", nccl
-    assert nccl["summary"] == "NCCL 2.19.3 (>= 2.18), net plugin /opt/hpcx/nccl_rdma_sharp_plugin/lib/libnccl-net.so"
+    assert nccl["summary"] == "NCCL 2.19.3 (>= 2.18), net plugin libnccl-net.so (nccl_rdma_sharp_plugin)"
     assert nccl["data"]["source"] == "/usr/lib/x86_64-linux-gnu/libnccl.so.2.19.3"
     assert any("'<image probe script>'" in e for e in nccl["evidence"])
     if checks["stack.cuda_compat"]["status"] == "skip":  # no driver here: nothing to judge against

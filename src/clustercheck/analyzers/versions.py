@@ -284,12 +284,13 @@ def judge_cuda(
     else:
         needs = row.driver
         head = f"image CUDA {image} needs driver >= {row.driver}"
+        if driver_k >= version_key(row.driver):
+            return CudaVerdict(Status.OK, f"{head}; {host}: ok", "toolkit driver", needs, floor_driver)
+        # below the toolkit's own driver: say what else could make it run
         if floor and version_key(floor[0]) < version_key(row.driver):
             head += f" (or >= {floor[0]} with minor-version compatibility)"
         elif not floor:
             head += " (no minor-version compatibility before CUDA 11)"
-        if driver_k >= version_key(row.driver):
-            return CudaVerdict(Status.OK, f"{head}; {host}: ok", "toolkit driver", needs, floor_driver)
 
     forward = _forward(image, driver_k, compat)
     if forward.startswith("ok"):

@@ -375,6 +375,8 @@ def _nvml_record(nv: Any) -> GpuRecord:
 
     driver = get(nv.nvmlSystemGetDriverVersion)
     cuda = get(nv.nvmlSystemGetCudaDriverVersion_v2)
+    if cuda is None:  # older libraries: v1 (which may answer without libcuda, domain-facts §A.5)
+        cuda = get(nv.nvmlSystemGetCudaDriverVersion)
     gpus = [_nvml_gpu(nv, get, i) for i in range(nv.nvmlDeviceGetCount())]
     return GpuRecord(
         tuple(gpus),
@@ -402,6 +404,8 @@ def _nvml_gpu(nv: Any, get: Callable[..., Any], index: int) -> Gpu:
     sbe = get(nv.nvmlDeviceGetRetiredPages, handle, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
     dbe = get(nv.nvmlDeviceGetRetiredPages, handle, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
     reasons = get(nv.nvmlDeviceGetCurrentClocksEventReasons, handle)
+    if reasons is None:  # libnvidia-ml before 535 has only the older name (same bits)
+        reasons = get(nv.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
     compute = get(nv.nvmlDeviceGetComputeMode, handle)
     arch = get(nv.nvmlDeviceGetArchitecture, handle)
     uncorrected = nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
