@@ -53,12 +53,13 @@ def test_stragglers_are_far_slower_than_the_median() -> None:
 
 def test_report_merges_jsonl_json_and_folders(tmp_path: Path) -> None:
     lines = _demo_report("jsonl").splitlines()
-    (tmp_path / "a.jsonl").write_text("\n".join(lines[:18]) + "\n")  # gpu001-003
-    (tmp_path / "b.jsonl").write_text("\n".join(lines[18:]) + "\n")
+    per_host = len(lines) // 13
+    (tmp_path / "a.jsonl").write_text("\n".join(lines[: 3 * per_host]) + "\n")  # gpu001-003
+    (tmp_path / "b.jsonl").write_text("\n".join(lines[3 * per_host :]) + "\n")
     merged = cli("report", str(tmp_path), "--format", "json")
     assert merged.returncode == 2
     doc = json.loads(merged.stdout)
-    assert sorted(doc["hosts"]) == [f"gpu00{i}" for i in range(1, 8)]
+    assert sorted(doc["hosts"]) == [f"gpu{i:03d}" for i in range(1, 14)]
     assert doc["summary"] == json.loads(_demo_report("json"))["summary"]
     groups = {(g["check"], g["status"]): g["hosts"] for g in doc["fleet"]["groups"]}
     assert groups[("node.mounts", "fail")] == "gpu003"
@@ -66,7 +67,7 @@ def test_report_merges_jsonl_json_and_folders(tmp_path: Path) -> None:
     # a json report is an input too, and the later input wins for a host it repeats
     (tmp_path / "c.json").write_text(_demo_report("json"))
     again = json.loads(cli("report", str(tmp_path / "a.jsonl"), str(tmp_path / "c.json"), "-f", "json").stdout)
-    assert len(again["hosts"]) == 7
+    assert len(again["hosts"]) == 13
 
 
 @pytest.mark.parametrize(
@@ -90,14 +91,14 @@ def test_multi_host_table_lists_ok_hosts_in_one_line_and_groups_problems() -> No
     assert "ok (1 host, every check ok): gpu001" in out
     assert "gpu001 ok" not in out  # no table for a healthy host
     assert re.search(r"fail\s+node\.mounts\s+gpu003 \(1\)\s+/scratch did not answer stat within 5 s", out)
-    assert re.search(r"cpus online\s+2 \(6 hosts\)\s+1 on gpu006", out)
+    assert re.search(r"cpus online\s+2 \(12 hosts\)\s+1 on gpu006", out)
 
 
 def test_html_is_self_contained_with_one_grid_row_per_host(tmp_path: Path) -> None:
     page = tmp_path / "fleet.html"
     assert cli("run", "--replay", str(DEMO), "-f", "html", "-o", str(page)).returncode == 2
     html = page.read_text()
-    assert html.count('<tr class="host"') == 7
+    assert html.count('<tr class="host"') == 13
     assert "http://" not in html and "https://" not in html and "<script" not in html
     assert "/scratch did not answer stat within 5 s" in html
 
@@ -115,5 +116,5 @@ def test_html_renders_in_a_real_headless_browser(tmp_path: Path) -> None:
         text=True,
         timeout=120,
     )
-    assert dom.stdout.count('<tr class="host"') == 7, dom.stderr[-2000:]
+    assert dom.stdout.count('<tr class="host"') == 13, dom.stderr[-2000:]
     assert 'id="grid"' in dom.stdout
