@@ -1,0 +1,697 @@
+"""NCCL log analysis: every real log of the corpus against the expert's conclusion in MANIFEST.md,
+the prefixes jobs put before NCCL lines, the fast path against the line-by-line one, and bad input.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.helpers import CORPUS, cli
+
+from clustercheck.analyzers import nccl_log
+from clustercheck.analyzers.nccl_log import LogReport, analyze_paths, analyze_text, split_line
+
+LOGS = CORPUS / "nccl_logs"
+
+
+def report(name: str, **kwargs: Any) -> LogReport:
+    return analyze_paths([LOGS / name], **kwargs)
+
+
+def messages(r: LogReport) -> str:
+    return "\n".join(f"{f.status.value}: {f.message}" for f in r.findings)
+
+
+# -- the corpus: each file's expected conclusion (MANIFEST.md, "Expected expert conclusion") -----------
+# Keys: network, gdr (gpudirect_rdma), single (single_node; "not False"/"not True" where the excerpt
+# cannot show it), errors (how many runtime/init errors), status, plus file-specific checks below.
+EXPECTED: dict[str, dict[str, Any]] = {
+    # Only plugin init is shown; the srun "N: " label must not hide the hosts.
+    "aws-awsome-fsdp-p5-srun-label-prefixed-abbreviated.txt": {
+        "network": None,
+        "gdr": None,
+        "single": False,
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"p5-dy-gpu-3", "p5-dy-gpu-4"},
+    },
+    "aws-efa-eks-p4d-2node-nccl2.9.9-efa-gdrdma-allreduce.txt": {
+        "network": "ofi",
+        "gdr": True,
+        "single": False,
+        "errors": 0,
+        "status": "ok",
+        "hosts": {"nccl-tests-efa-16-worker-0", "nccl-tests-efa-16-worker-1"},
+        "intra": {"P2P/IPC"},
+    },
+    # NCCL 2.4: "NET/Socket : Using [0]eth0" is the bootstrap interface, not a fallback.
+    "cybertronai-nccl2.4.6-efa-2node-v100-allreduce.txt": {
+        "network": "ofi",
+        "gdr": False,
+        "single": False,
+        "errors": 0,
+        "status": "warn",
+        "intra": {"P2P/IPC"},
+        "version": "2.4.6+cuda10.0",
+    },
+    # Single node over NVLink; aws-ofi-nccl failed to initialise and NCCL_IB_DISABLE=1: TCP would be used.
+    "gnosia93-ec2-p4d-4proc-ofi-init-fail-socket-p2p.txt": {
+        "network": "socket",
+        "gdr": None,
+        "single": True,
+        "errors": 12,
+        "status": "warn",
+        "intra": {"P2P/CUMEM"},
+    },
+    "gnosia93-g6e48xl-1pod-4gpu-shm.log.txt": {
+        "network": "ofi",
+        "gdr": None,
+        "single": True,
+        "errors": 0,
+        "status": "ok",
+        "intra": {"SHM"},
+        "net_channels": 0,
+    },
+    "gnosia93-g6e48xl-4pods-1gpu-each-efa-noGDR.log.txt": {
+        "network": "ofi",
+        "gdr": False,
+        "single": False,
+        "errors": 0,
+        "status": "warn",
+        "intra": set(),
+    },
+    "gnosia93-p4d-4pods-1gpu-each-efa-gdrdma.txt": {
+        "network": "ofi",
+        "gdr": True,
+        "single": False,
+        "errors": 0,
+        "status": "ok",
+        "intra": set(),
+    },
+    "gnosia93-p4d24xl-1pod-4gpu-p2p-cumem.log.txt": {
+        "network": "ofi",
+        "gdr": None,
+        "single": True,
+        "errors": 0,
+        "status": "ok",
+        "intra": {"P2P/CUMEM"},
+    },
+    "issue-aws-ofi-nccl-715-sagemaker-timestamp-on-own-line-EXCERPT.txt": {
+        "network": None,
+        "gdr": None,
+        "single": "not False",
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"algo-1"},
+    },
+    "issue-aws-ofi-nccl-889-cloudwatch-efa-provider-empty-nccl2.21.5-EXCERPT.txt": {
+        "network": None,
+        "gdr": None,
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"ip-10-36-29-253"},
+        "version": "2.21.5+cuda12.8",
+    },
+    "issue-deepep-417-h20-bootstrap-ipoib-ipv6-linklocal-nccl2.21.5-EXCERPT.txt": {
+        "network": None,
+        "gdr": None,
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"mccx"},
+        "version": "2.21.5+cuda12.4",
+    },
+    # Async "client reregistration" events: fabric noise worth a warning, no transport error.
+    "issue-deepspeedexamples-310-ib-async-event-client-reregistration-WARN-EXCERPT.txt": {
+        "network": None,
+        "single": True,
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"gpu1"},
+    },
+    "issue-easydistill-4-python-logging-prefixed-rings-EXCERPT.txt": {
+        "network": None,
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"g340-cd51-4900-b72a-d104-a9bf-df48"},
+    },
+    "issue-horovod-685-nccl2.3.7-old-format-socket-EXCERPT.txt": {
+        "network": "socket",
+        "gdr": None,
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"ml3"},
+        "version": "2.3.7+cuda9.0",
+    },
+    "issue-llamafactory-355-single-node-no-ib-socket-EXCERPT.txt": {
+        "network": "socket",
+        "single": "not False",
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"work-1"},
+    },
+    "issue-nccl-1053-socket-on-loopback-topology-dump-EXCERPT.txt": {
+        "network": "socket",
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"axa"},
+    },
+    "issue-nccl-1189-h20-2node-nccltests-interleaved-EXCERPT.txt": {
+        "network": None,
+        "single": False,
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"H20-GPU-05", "H20-GPU-06"},
+    },
+    "issue-nccl-1357-ib-sharp-ibext-h100-2node-EXCERPT.txt": {
+        "network": "ib",
+        "link_layer": "infiniband",
+        "single": False,
+        "errors": 0,
+        "status": "ok",
+        "hosts": {"qh100-gpu19", "qh100-gpu20"},
+    },
+    "issue-nccl-1405-ibext-roce-ipv6gid-status12-vendor129-EXCERPT.txt": {
+        "network": "ib",
+        "errors": 3,
+        "status": "fail",
+        "hosts": {"kp-ddp-worker-0"},
+    },
+    "issue-nccl-1538-k8s-worker-p2p-cumem-nccl2.22.3-EXCERPT.txt": {
+        "network": None,
+        "errors": 0,
+        "status": "warn",
+        "intra": {"P2P/CUMEM"},
+        "hosts": {"job-3bb823c0-6d27-4312-8094-1c5910bf9b51-worker-0"},
+    },
+    "issue-nccl-1769-gb200-mnnvl-fabric-nvls-aarch64-EXCERPT.txt": {
+        "network": None,
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"gb200a-04"},
+    },
+    # The IBext_v8 plugin carries its API version in the channel lines, and has no /GDRDMA there.
+    "issue-nccl-1814-ibext_v8-channels-no-gdr-suffix-EXCERPT.txt": {
+        "network": "ib",
+        "gdr": False,
+        "single": False,
+        "errors": 0,
+        "status": "warn",
+        "net_channels": 13,
+    },
+    "issue-nccl-1814-nvls-tree-64ranks-EXCERPT.txt": {
+        "network": None,
+        "single": "not True",
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"hostname-test"},
+    },
+    "issue-nccl-340-tf-2gpu-no-libibverbs-socket-nccl2.5.7-EXCERPT.txt": {
+        "network": "socket",
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"wangying-system"},
+    },
+    "issue-nccl-367-docker-no-libibverbs-socket-nccl2.5-EXCERPT.txt": {
+        "network": "socket",
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"26a46eb2b1d3"},
+    },
+    "issue-nccl-676-dgxa100-ibext-disabled-still-roce-EXCERPT.txt": {
+        "network": None,
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"gpu01"},
+    },
+    "issue-nccl-707-a100-ib-mixed-roce-nccl2.7.6-init-EXCERPT.txt": {
+        "network": "ib",
+        "link_layer": "mixed",
+        "single": "not False",
+        "errors": 0,
+        "status": "warn",
+        "version": "2.7.6+cuda11.1",
+    },
+    "issue-nccl-892-h800-single-node-0-nvls-channels-EXCERPT.txt": {
+        "network": None,
+        "errors": 0,
+        "status": "warn",
+        "intra": {"P2P/direct pointer"},
+        "hosts": {"036260b61d3a"},
+    },
+    # IBext loads, but the excerpt cannot show the final transport.
+    "issue-nccl-952-ib-cluster-hpcx-ibext-init-EXCERPT.txt": {
+        "network": None,
+        "gdr": None,
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"<cluster_name>"},
+    },
+    "issue-nccl-tests-133-roce-a800-2node-nccl2.10.3-EXCERPT.txt": {
+        "network": "ib",
+        "link_layer": "roce",
+        "single": False,
+        "errors": 0,
+        "status": "ok",
+        "hosts": {"nodea", "nodeb"},
+    },
+    # Sockets by configuration (NCCL_IB_DISABLE=1), over two interfaces.
+    "issue-nccl-tests-188-ib-disabled-socket-2node-init-EXCERPT.txt": {
+        "network": "socket",
+        "errors": 0,
+        "status": "warn",
+        "hosts": {"user"},
+    },
+    "issue-nccl-tests-228-ib-2hca-nvswitch-0-nvls-EXCERPT.txt": {
+        "network": "ib",
+        "link_layer": "infiniband",
+        "errors": 0,
+        "status": "ok",
+        "hosts": {"user"},
+    },
+    "issue-nccl-tests-24-roce-gid3-completion-error4-nccl2.4-EXCERPT.txt": {
+        "network": "ib",
+        "errors": 1,
+        "status": "fail",
+    },
+    # NCCL 2.4.7: IB selected; "NET/Socket : Using [0]ib0" is the bootstrap line.
+    "issue-nv_peer_memory-56-ib-no-gdrdma-nccl2.4.7-EXCERPT.txt": {
+        "network": "ib",
+        "link_layer": "infiniband",
+        "gdr": None,
+        "single": False,
+        "errors": 0,
+        "status": "ok",
+        "hosts": {"master_node", "secondary_node"},
+    },
+    # Two ranks wrote one file at once: spliced lines are skipped and counted, the rest still reads.
+    "raddet-2gpu-shm-socket-concurrent-writes-garbled.log.txt": {
+        "network": "socket",
+        "single": True,
+        "errors": 0,
+        "status": "ok",
+        "intra": {"SHM"},
+        "hosts": {"ljm"},
+    },
+    # aws-ofi-nccl loads, fails quietly (INFO), NCCL goes on with its own IB over RoCE: no fallback.
+    "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt": {
+        "network": "ib",
+        "link_layer": "roce",
+        "gdr": True,
+        "single": False,
+        "errors": 0,
+        "status": "ok",
+        "intra": {"P2P/IPC"},
+        "net_channels": 64,
+    },
+    "slurmv4-roce-9hca-nccl2.29.3-sglang-node.txt": {
+        "network": "ib",
+        "link_layer": "roce",
+        "gdr": True,
+        "single": False,
+        "errors": 0,
+        "status": "ok",
+        "version": "2.29.3+cuda13.1",
+    },
+    "slurmv4-roce-completion-error-vendor-err-81-node1.txt": {
+        "network": "ib",
+        "link_layer": "roce",
+        "single": False,
+        "errors": 1,
+        "status": "fail",
+        "hosts": {"tpgds-aihub0007"},
+    },
+    "slurmv4-roce-single-hca-pxn-nccl2.27.5-node2.txt": {
+        "network": "ib",
+        "link_layer": "roce",
+        "gdr": True,
+        "single": False,
+        "errors": 0,
+        "status": "warn",
+    },
+    "stas00-mlengineering-gcp-fastsocket-net-line-SNIPPET.txt": {"network": "socket", "errors": 0, "status": "warn"},
+    "stas00-mlengineering-ib-plus-stray-roce-bond-net-line-SNIPPET.txt": {
+        "network": "ib",
+        "link_layer": "mixed",
+        "errors": 0,
+        "status": "warn",
+    },
+    # Single node over an NVLink bridge; IB initialised on RoCE, but GDR is disabled on every HCA.
+    "timez-a100pcie-nvlinkbridge-roce-noGDR-subsys-all-nccl2.27.7.log.txt": {
+        "network": "ib",
+        "link_layer": "roce",
+        "gdr": None,
+        "single": True,
+        "errors": 0,
+        "status": "warn",
+        "intra": {"P2P/direct pointer"},
+        "net_channels": 0,
+    },
+}
+
+
+def test_every_corpus_log_has_an_expected_conclusion() -> None:
+    on_disk = {p.name for p in LOGS.iterdir()}
+    assert on_disk == set(EXPECTED), f"missing: {on_disk - set(EXPECTED)}, stale: {set(EXPECTED) - on_disk}"
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_corpus_log_conclusion(name: str) -> None:
+    want = EXPECTED[name]
+    r = report(name)
+    got = r.to_json()
+    assert got["network"] == want["network"], messages(r)
+    if "gdr" in want:
+        assert got["gpudirect_rdma"] == want["gdr"], messages(r)
+    single = want.get("single")
+    if single == "not False":
+        assert got["single_node"] is not False
+    elif single == "not True":
+        assert got["single_node"] is not True
+    elif "single" in want:
+        assert got["single_node"] is single, messages(r)
+    assert len(got["errors"]) == want["errors"], got["errors"]
+    assert got["status"] == want["status"], messages(r)
+    for key, field in (("link_layer", "link_layer"), ("net_channels", "net_channels"), ("version", "nccl_version")):
+        if key in want:
+            assert got[field] == want[key]
+    if "hosts" in want:
+        assert set(got["hosts"]) == want["hosts"]
+    if "intra" in want:
+        assert set(got["intra_node"]) == want["intra"]
+    json.dumps(got)  # the documented shape is JSON as it is
+
+
+# -- what the corpus logs must say, beyond the headline fields --------------------------------------------
+
+
+def test_nccl_24_socket_line_is_the_bootstrap_not_a_fallback() -> None:
+    r = report("cybertronai-nccl2.4.6-efa-2node-v100-allreduce.txt")
+    assert "fell back" not in messages(r)
+    for host in r.hosts.values():
+        assert host["network"] == "ofi" and host["interfaces"] == []
+    assert "AWS Libfabric" in r.net_plugins
+
+
+def test_ib_over_roce_with_gdr_names_hcas_and_lines() -> None:
+    r = report("slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt")
+    host = r.hosts["tpgds-aihub0008"]
+    assert len(host["devices"]) == 8 and all(d.endswith("/RoCE") for d in host["devices"])
+    assert host["oob"] == "enp25s0np0" and host["gpudirect_rdma"] is True
+    ok = [f for f in r.findings if f.message.startswith("inter-node traffic")]
+    assert ok and [ref.line for ref in ok[0].refs] == [189, 346]  # "Using network IB", first NET channel
+
+
+def test_no_gdr_names_the_cause_aws_ofi_gives() -> None:
+    r = report("gnosia93-g6e48xl-4pods-1gpu-each-efa-noGDR.log.txt")
+    gdr = next(f for f in r.findings if "GPUDirect RDMA" in f.message)
+    assert gdr.status.value == "warn" and "disabling GDR" in gdr.message
+    assert report("gnosia93-g6e48xl-4pods-1gpu-each-efa-noGDR.log.txt", expect_gdr=True).status.value == "fail"
+
+
+def test_socket_fallback_names_its_cause_and_line() -> None:
+    r = report("issue-nccl-tests-188-ib-disabled-socket-2node-init-EXCERPT.txt")
+    socket = next(f for f in r.findings if "TCP sockets" in f.message)
+    assert "NCCL_IB_DISABLE set by environment to 1" in socket.message
+    assert r.hosts["user"]["interfaces"] == ["ib0", "ibs85f0"]
+    r = report("issue-llamafactory-355-single-node-no-ib-socket-EXCERPT.txt")
+    assert "NET/IB : No device found" in messages(r)
+    r = report("issue-nccl-367-docker-no-libibverbs-socket-nccl2.5-EXCERPT.txt")
+    assert "Failed to open libibverbs" in messages(r)
+    r = report("issue-nccl-1053-socket-on-loopback-topology-dump-EXCERPT.txt")
+    assert "loopback interface lo" in messages(r)
+
+
+def test_expectations_turn_a_socket_selection_into_a_failure() -> None:
+    name = "issue-llamafactory-355-single-node-no-ib-socket-EXCERPT.txt"
+    assert report(name, expect="ib").status.value == "fail"
+    assert report(name, expect="socket").status.value == "ok"
+    roce = "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt"
+    assert report(roce, expect="ib").status.value == "ok"  # ib covers IB verbs over RoCE
+    assert report(roce, expect="roce").status.value == "ok"
+    assert report(roce, expect="ofi").status.value == "fail"
+    assert report("issue-nccl-1357-ib-sharp-ibext-h100-2node-EXCERPT.txt", expect="roce").status.value == "fail"
+
+
+def test_transport_errors_are_explained() -> None:
+    r = report("issue-nccl-1405-ibext-roce-ipv6gid-status12-vendor129-EXCERPT.txt")
+    assert "transport retry counter exceeded" in messages(r)
+    assert [e[0].line for e in r.errors] == [1, 6, 11]
+    r = report("slurmv4-roce-completion-error-vendor-err-81-node1.txt")
+    assert "local protection error" in messages(r) and r.errors[0][0].line == 84
+    r = report("issue-deepspeedexamples-310-ib-async-event-client-reregistration-WARN-EXCERPT.txt")
+    assert not r.errors and "client reregistration" in messages(r)
+
+
+def test_mixed_link_layers_warn_and_say_what_to_exclude() -> None:
+    r = report("stas00-mlengineering-ib-plus-stray-roce-bond-net-line-SNIPPET.txt")
+    mixed = next(f for f in r.findings if "together" in f.message)
+    assert "mlx5_bond_0" in mixed.message and "NCCL_IB_HCA=^mlx5_bond_0" in mixed.remedy
+
+
+def test_gdr_disabled_for_every_hca_on_a_single_node() -> None:
+    r = report("timez-a100pcie-nvlinkbridge-roce-noGDR-subsys-all-nccl2.27.7.log.txt")
+    assert "GPU Direct RDMA Disabled for HCA mlx5_0" in messages(r)
+    assert r.hosts["mew0"]["gdr_hcas"] == {"mlx5_0": False, "mlx5_1": False, "mlx5_0+mlx5_1": False}
+
+
+def test_one_hca_for_eight_gpus_warns() -> None:
+    r = report("slurmv4-roce-single-hca-pxn-nccl2.27.5-node2.txt")
+    assert "leaves one HCA (mlx5_0:1) for 8 GPUs" in messages(r)
+
+
+def test_cloudwatch_duplicate_and_missing_efa() -> None:
+    r = report("issue-aws-ofi-nccl-889-cloudwatch-efa-provider-empty-nccl2.21.5-EXCERPT.txt")
+    assert r.hosts["ip-10-36-29-253"]["nccl_version"] == "2.21.5+cuda12.8"
+    assert "provider efa output empty list" in messages(r)
+
+
+def test_garbled_lines_are_counted() -> None:
+    r = report("raddet-2gpu-shm-socket-concurrent-writes-garbled.log.txt")
+    assert r.garbled_lines == 2 and "2 garbled lines skipped" in messages(r)
+
+
+# -- prefixes, as jobs print them -----------------------------------------------------------------------
+
+LINE = "gpu017:1234:1290 [3] NCCL INFO Using network IB"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        LINE,
+        "12: " + LINE,  # srun --label
+        "[1,7]<stdout>:" + LINE,  # OpenMPI --tag-output
+        "2025-11-12 20:41:43,851 - INFO - " + LINE,  # Python logging
+        "[2026-01-02 10:24:27] " + LINE,  # NCCL_DEBUG_TIMESTAMP_FORMAT
+        "  | 2025-05-16T16:39:51.208-07:00 | " + LINE,  # CloudWatch
+        "  | 2025-05-16T16:39:51.208-07:00" + LINE + " | " + LINE,  # CloudWatch, message twice
+        LINE + "\r",
+    ],
+)
+def test_prefixes_are_taken_apart(raw: str) -> None:
+    line = split_line(raw.rstrip("\r"))
+    assert line is not None
+    assert (line.host, line.dev, line.level, line.message) == ("gpu017", 3, "INFO", "Using network IB")
+
+
+def test_lines_without_host_and_warn_file_positions() -> None:
+    line = split_line("[3] NCCL INFO NET/IB : No device found.")
+    assert line is not None and (line.host, line.dev) == (None, 3)
+    warn = split_line(
+        "[2026-01-02 10:24:27] ip-172-31-3-153:35115:35469 [2] int nccl_net_ofi_create_plugin"
+        "(nccl_net_ofi_plugin_t**):208 NCCL WARN NET/OFI aws-ofi-nccl initialization failed"
+    )
+    assert warn is not None and (warn.host, warn.level) == ("ip-172-31-3-153", "WARN")
+    assert split_line("training step 10 loss 2.3") is None
+    spliced = split_line("ljm:803564:803604 [1] NCCL INFO comm 0x94 rank 1 nranks ljm:803563:803603 [0] NCCL INFO x")
+    assert spliced is not None and spliced.level == "GARBLED"
+
+
+def test_srun_labelled_job_output_end_to_end() -> None:
+    text = "\n".join(
+        [
+            "0: epoch 1 step 0 loss 11.6",
+            "0: gpu001:100:100 [0] NCCL INFO NET/IB : No device found.",
+            "1: gpu002:200:200 [0] NCCL INFO NET/IB : No device found.",
+            "0: gpu001:100:100 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>",
+            "0: gpu001:100:100 [0] NCCL INFO Using network Socket",
+            "1: gpu002:200:200 [0] NCCL INFO Using network Socket",
+            "0: gpu001:100:110 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via NET/Socket/0",
+            "1: gpu002:200:210 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [send] via NET/Socket/0",
+        ]
+    )
+    r = analyze_text(text)
+    assert (r.network, r.net_channels, r.single_node, r.status.value) == ("socket", 2, False, "fail")
+    fell = next(f for f in r.findings if f.message.startswith("fell back to TCP sockets"))
+    assert fell.message == "fell back to TCP sockets: NET/IB : No device found. (line 2)"
+
+
+# -- the fast path agrees with the line-by-line one ------------------------------------------------------
+
+
+def _big_log(tmp_path: Path, hosts: int = 24, rounds: int = 6) -> Path:
+    """A multi-host log made of a real node log, hosts renamed, lines interleaved, one host without GDR."""
+    template = (LOGS / "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt").read_text().splitlines()[1:]
+    init, comm = template[:225], template[225:]
+    out = []
+    for block in [init] + [comm] * rounds:
+        per_host = []
+        for i in range(hosts):
+            lines = [line.replace("tpgds-aihub0008", f"gpu{i:03d}") for line in block]
+            if i == 7:  # one node whose HCAs lost GPUDirect RDMA
+                lines = [line.replace("/GDRDMA", "") for line in lines]
+            per_host.append(lines)
+        for start in range(0, len(block), 7):
+            for lines in per_host:
+                out.extend(lines[start : start + 7])
+    out.append(
+        "gpu011:207008:208000 [1] transport/net_ib.cc:2453 NCCL WARN NET/IB: Got completion from peer "
+        "10.99.91.63<36473> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.99.91.59"
+    )
+    path = tmp_path / "job.log"
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def _essentials(r: LogReport) -> dict[str, Any]:
+    j = r.to_json()
+    return {
+        "top": {k: j[k] for k in ("network", "link_layer", "gpudirect_rdma", "net_channels", "single_node", "status")},
+        "errors": j["errors"],
+        "findings": [(f["status"], f["message"], f["lines"]) for f in j["findings"]],
+        "gdr": {h: v["gpudirect_rdma"] for h, v in j["hosts"].items()},
+        "network": {h: v["network"] for h, v in j["hosts"].items()},
+    }
+
+
+def test_fast_path_and_processes_agree_with_the_exact_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _big_log(tmp_path)
+    exact = analyze_paths([path])
+    assert exact.hosts["gpu007"]["gpudirect_rdma"] is False and exact.hosts["gpu006"]["gpudirect_rdma"] is True
+    assert exact.status.value == "fail" and exact.errors[0][0].line == exact.lines
+    monkeypatch.setattr(nccl_log, "EXACT_CHANNELS", 500)  # attribute the first channels only, count the rest
+    monkeypatch.setattr(nccl_log, "BLOCK", 4096)
+    fast = analyze_paths([path])
+    assert _essentials(fast) == _essentials(exact)
+    monkeypatch.setattr(nccl_log, "PARALLEL_MIN", 1)  # and in stretches on two processes
+    parallel = analyze_paths([path], jobs=2)
+    assert _essentials(parallel) == _essentials(exact)
+
+
+def test_block_reader_numbers_lines_across_boundaries(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(7)
+    lines = [f"h{rng.randrange(3)}:1:2 [0] NCCL INFO Using network {rng.choice(['IB', 'Socket'])}" for _ in range(300)]
+    lines = [line if rng.random() < 0.5 else "x" * rng.randrange(0, 300) for line in lines]
+    monkeypatch.setattr(nccl_log, "BLOCK", 97)
+    part = nccl_log._scan_stream(io.BytesIO("\n".join(lines).encode()), "-")
+    assert part.lines == len(lines)
+    want = [(i, line) for i, line in enumerate(lines, 1) if "NCCL" in line]
+    seen = {(n, text) for n, text in part.records}
+    firsts = {}
+    for n, text in want:
+        firsts.setdefault(text, n)
+    assert seen == {(n, t) for t, n in firsts.items()}
+
+
+def test_overlong_lines_are_skipped_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nccl_log, "MAX_LINE", 1000)
+    monkeypatch.setattr(nccl_log, "BLOCK", 256)
+    text = "a:1:2 [0] NCCL INFO Using network IB\n" + "z" * 5000 + "\nb:1:2 [0] NCCL WARN Call to ibv_foo failed\n"
+    r = analyze_text(text)
+    assert r.skipped_long_lines == 1 and r.errors[0][0].line == 3
+
+
+# -- bad input -----------------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=3000))
+def test_random_bytes_never_crash(data: bytes) -> None:
+    r = analyze_text(data)
+    json.dumps(r.to_json())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(sorted(EXPECTED)), min_size=1, max_size=2), st.integers(0, 4000), st.binary(max_size=8))
+def test_truncated_and_corrupted_corpus_logs_never_crash(names: list[str], cut: int, junk: bytes) -> None:
+    data = b"".join((LOGS / n).read_bytes()[: cut + 200] for n in names)
+    data = data[:cut] + junk + data[cut:] + b"\xff\xfe NCCL INFO \x00 via NET/"
+    json.dumps(analyze_text(data).to_json())
+
+
+def test_megabyte_lines_and_invalid_utf8() -> None:
+    data = b"x" * (1 << 20) + b"\n\xff\xfe gpu1:1:1 [0] NCCL INFO Using network IB \xff\n" + b"y" * (1 << 20)
+    r = analyze_text(data)
+    assert r.network == "ib" and r.lines == 3
+
+
+# -- the CLI ---------------------------------------------------------------------------------------------
+
+
+def test_cli_table_and_exit_codes() -> None:
+    ok = cli("nccl-log", LOGS / "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt")
+    assert ok.returncode == 0, ok.stderr
+    assert "tpgds-aihub0008" in ok.stdout and "GPUDirect RDMA on all 64 network channels" in ok.stdout
+    warn = cli("nccl-log", LOGS / "gnosia93-g6e48xl-4pods-1gpu-each-efa-noGDR.log.txt")
+    assert warn.returncode == 1
+    fail = cli("nccl-log", LOGS / "issue-nccl-1405-ibext-roce-ipv6gid-status12-vendor129-EXCERPT.txt")
+    assert fail.returncode == 2 and "transport retry counter exceeded" in fail.stdout
+    strict = cli("nccl-log", "--expect-gdr", LOGS / "gnosia93-g6e48xl-4pods-1gpu-each-efa-noGDR.log.txt")
+    assert strict.returncode == 2
+
+
+def test_cli_json_shape() -> None:
+    run = cli("nccl-log", "--format", "json", LOGS / "issue-nccl-tests-188-ib-disabled-socket-2node-init-EXCERPT.txt")
+    data = json.loads(run.stdout)
+    for key, kind in {
+        "nccl_version": (str, type(None)),
+        "network": (str, type(None)),
+        "link_layer": (str, type(None)),
+        "gpudirect_rdma": (bool, type(None)),
+        "net_channels": int,
+        "errors": list,
+        "hosts": dict,
+        "status": str,
+        "findings": list,
+    }.items():
+        assert isinstance(data[key], kind), key
+    assert data["network"] == "socket" and data["status"] in ("ok", "warn", "fail")
+    for finding in data["findings"]:
+        assert set(finding) >= {"status", "message", "lines"} and all(isinstance(n, int) for n in finding["lines"])
+
+
+def test_cli_reads_stdin_and_several_files() -> None:
+    text = (LOGS / "issue-nccl-tests-133-roce-a800-2node-nccl2.10.3-EXCERPT.txt").read_text()
+    run = cli("nccl-log", "-f", "json", "-", stdin=text)
+    assert run.returncode == 0 and json.loads(run.stdout)["link_layer"] == "roce"
+    both = cli(
+        "nccl-log",
+        "-f",
+        "json",
+        LOGS / "slurmv4-roce-9hca-nccl2.29.3-sglang-node.txt",
+        LOGS / "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt",
+    )
+    data = json.loads(both.stdout)
+    assert set(data["hosts"]) == {"tpgds-aihub0003", "tpgds-aihub0008"} and len(data["files"]) == 2
+    assert "different NCCL versions" in both.stdout
+
+
+@pytest.mark.parametrize("make", ["missing", "directory", "garbage", "empty"])
+def test_cli_bad_input_exits_64_naming_the_file(tmp_path: Path, make: str) -> None:
+    target = tmp_path / "job.out"
+    if make == "directory":
+        target.mkdir()
+    elif make == "garbage":
+        target.write_bytes(bytes(range(256)) * 40)
+    elif make == "empty":
+        target.write_bytes(b"")
+    run = cli("nccl-log", target)
+    assert run.returncode == 64, run.stdout + run.stderr
+    assert str(target) in run.stderr and "Traceback" not in run.stderr
