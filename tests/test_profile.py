@@ -21,7 +21,7 @@ from clustercheck.errors import ProfileError, UsageError
 from clustercheck.registry import Size
 
 GiB = 1024**3
-BUNDLED = ["base", "gpu-node", "prolog"]
+BUNDLED = ["base", "gpu-node", "h100-ib", "prolog"]
 
 
 def problems(path: Path) -> list[str]:
@@ -53,7 +53,8 @@ def test_bundled_profiles_load_by_name(name: str) -> None:
     prof = profile.load(name)
     assert prof.name == name
     assert prof.path == profile.bundled_dir() / f"{name}.yaml"
-    assert prof.checks and all(c.id.startswith(("node.", "gpu.")) for c in prof.checks)
+    known = {spec.id for spec in registry.all_checks()}
+    assert prof.checks and all(c.id in known for c in prof.checks)
 
 
 def test_gpu_node_extends_base_and_overrides_services() -> None:
@@ -85,7 +86,7 @@ def test_prolog_sets_per_check_timeouts() -> None:
 
 
 def test_missing_profile_names_the_bundled_ones(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match=r"profile 'nope' not found: .*\(base, gpu-node, prolog\)"):
+    with pytest.raises(UsageError, match=r"profile 'nope' not found: .*\(base, gpu-node, h100-ib, prolog\)"):
         profile.load("nope")
     with pytest.raises(UsageError, match="not found"):
         profile.load(str(tmp_path / "missing.yaml"))
