@@ -170,6 +170,7 @@ def main() -> int:
             subjects.append(Subject("nhc", f"nhc {nhc_version(nhc_path)} ({Path(nhc_conf).name})", argv, nhc_env))
             nhc_state = ""
 
+    load_before = os.getloadavg()[0]
     # Warm-up: fills the page cache and bytecode caches; its output is checked, its times dropped.
     for _ in range(args.warmup):
         for s in subjects:
@@ -228,6 +229,8 @@ def main() -> int:
     cmd = " ".join(shlex.quote(a) for a in [python, *sys.argv])
     lines.append(f"Command: `{(shown_env + ' ') if shown_env else ''}{cmd}`")
     lines.append(f"Rounds: {args.rounds} measured (+{args.warmup} warm-up), interleaved, order rotating each round")
+    # a busy machine slows every row: the ratios of one run still compare, the absolute figures less
+    lines.append(f"Load average (1 min) before / after: {load_before:.1f} / {os.getloadavg()[0]:.1f}")
     lines.append("")
     lines.append("| what | median ms | p90 ms | min ms | peak RSS MiB | exit codes |")
     lines.append("| --- | ---: | ---: | ---: | ---: | --- |")

@@ -458,7 +458,7 @@ def test_fast_option_parser_reads_every_option() -> None:
         profile="site",
         budget=4.0,
         replay=Path("f"),
-        checks_dirs=[Path("a"), Path("b")],
+        checks_dirs=(Path("a"), Path("b")),
         state_file="s",
         on_internal_error="fail",
         syslog_socket="",

@@ -185,12 +185,17 @@ def test_health_never_touches_a_drain_it_did_not_set(slurm: SlurmCluster) -> Non
 
 def test_slurmd_runs_clustercheck_health_as_its_health_check_program(slurm: SlurmCluster) -> None:
     node = "n5"
+    log = slurm.root / "log" / f"health-{node}.out"  # what health.sh's clustercheck printed
+
+    def said(what: str) -> bool:
+        return log.exists() and what in log.read_text()
+
     slurm.link("health", node, DIMM_LOST)
     try:
         slurm.wait_for(lambda: slurm.reason(node) == MEMORY_REASON, 30, "HealthCheckProgram to drain n5")
+        slurm.wait_for(lambda: said(f"{node}: drain: 1 check(s) failed"), 10, "its output")
         slurm.link("health", node, HEALTHY)
         slurm.wait_for(lambda: "DRAIN" not in slurm.state(node), 30, "HealthCheckProgram to resume n5")
+        slurm.wait_for(lambda: said(f"{node}: resume: every check passes"), 10, "its output")
     finally:
         slurm.link("health", node, None)
-    log = (slurm.root / "log" / f"health-{node}.out").read_text()
-    assert "drain" in log and "resume" in log

@@ -37,7 +37,6 @@ This module imports only the standard library at the top: the prolog is on every
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import os
 import re
@@ -46,9 +45,8 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from clustercheck import __version__
 from clustercheck.errors import ClusterCheckError, HostError, UsageError
@@ -82,8 +80,7 @@ EXIT_INTERNAL = 70  # EX_SOFTWARE: clustercheck could not judge the node (with -
 # -- the job, as the prolog environment describes it ---------------------------------------------
 
 
-@dataclass(frozen=True)
-class JobContext:
+class JobContext(NamedTuple):
     """The Slurm job a prolog runs for (domain-facts §D.2); every field may be missing.
 
     `gpus` are the job's GPU indices as the *node* numbers them (SLURM_JOB_GPUS, else a numeric
@@ -133,17 +130,7 @@ class JobContext:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "node": self.node,
-            "nodelist": self.nodelist,
-            "user": self.user,
-            "partition": self.partition,
-            "context": self.context,
-            "gpus": list(self.gpus) if self.gpus is not None else None,
-            "cuda_visible_devices": list(self.cuda_visible_devices) if self.cuda_visible_devices is not None else None,
-            "problems": list(self.problems),
-        }
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self._asdict().items()}
 
 
 def _indices(text: str | None) -> tuple[int, ...] | None:
@@ -419,8 +406,13 @@ class Watchdog:
 
 
 def _now() -> tuple[str, float]:
+    """ISO 8601 local time with its UTC offset, and the epoch (no datetime import: prolog path)."""
     stamp = time.time()
-    return dt.datetime.fromtimestamp(stamp).astimezone().isoformat(timespec="seconds"), stamp
+    local = time.localtime(stamp)
+    offset = local.tm_gmtoff or 0
+    sign = "-" if offset < 0 else "+"
+    hours, minutes = divmod(abs(offset) // 60, 60)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", local) + f"{sign}{hours:02d}:{minutes:02d}", stamp
 
 
 def _counts(checks: Sequence[CheckResult]) -> str:
@@ -433,12 +425,11 @@ def _counts(checks: Sequence[CheckResult]) -> str:
 # -- prolog ------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class PrologOptions:
+class PrologOptions(NamedTuple):
     profile: str | None = None  # None: the bundled prolog profile; with --replay, the fixture's
     budget: float = PROLOG_BUDGET
     replay: Path | None = None
-    checks_dirs: list[Path] = field(default_factory=list)
+    checks_dirs: tuple[Path, ...] = ()
     state_file: str = DEFAULT_STATE_FILE
     on_internal_error: str = "pass"
     syslog_socket: str = DEFAULT_SYSLOG
@@ -576,8 +567,8 @@ _PROLOG_OPTIONS = {
 def fast_prolog_options(args: Sequence[str]) -> PrologOptions | None:
     """PrologOptions from plain, valid `prolog` arguments; None for anything else (Typer then
     parses them and reports mistakes its usual way): this never decides what is valid."""
-    opts = PrologOptions()
-    seen: set[str] = set()
+    opts: dict[str, Any] = {}
+    checks: list[Path] = []
     rest = list(args)
     while rest:
         arg = rest.pop(0)
@@ -592,34 +583,29 @@ def fast_prolog_options(args: Sequence[str]) -> PrologOptions | None:
             return None
         key = _PROLOG_OPTIONS[name]
         if key == "checks":
-            opts.checks_dirs.append(Path(value))
-            continue
-        if key in seen:
+            checks.append(Path(value))
+        elif key in opts:
             return None
-        seen.add(key)
-        if key == "budget":
+        elif key == "budget":
             try:
-                opts.budget = float(value)
+                opts[key] = float(value)
             except ValueError:
                 return None
-            if not 0.1 <= opts.budget < 1e6:
+            if not 0.1 <= opts[key] < 1e6:
                 return None
         elif key == "replay":
-            opts.replay = Path(value)
-        elif key == "on_internal_error":
-            if value not in ("pass", "fail"):
-                return None
-            opts.on_internal_error = value
+            opts[key] = Path(value)
+        elif key == "on_internal_error" and value not in ("pass", "fail"):
+            return None
         else:
-            setattr(opts, key, value)
-    return opts
+            opts[key] = value
+    return PrologOptions(checks_dirs=tuple(checks), **opts)
 
 
 # -- the node as slurmctld sees it ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class NodeState:
+class NodeState(NamedTuple):
     """A node's state and drain reason, from `scontrol show node NAME`."""
 
     name: str
@@ -680,8 +666,7 @@ def parse_scontrol_show_node(text: str, node: str) -> NodeState:
 # -- health: what to do ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """What `clustercheck health` does to a node: drain (with `reason`), resume, or nothing."""
 
     action: str  # "drain", "resume", "none"
@@ -755,12 +740,11 @@ def _prolog_failed(state: Mapping[str, Any] | None, node: str) -> bool:
 # -- health: doing it --------------------------------------------------------------------------------------
 
 
-@dataclass
-class HealthOptions:
+class HealthOptions(NamedTuple):
     profile: str | None = None  # None: the bundled prolog profile; with --replay, the fixture's
     budget: float = HEALTH_BUDGET
     replay: Path | None = None
-    checks_dirs: list[Path] = field(default_factory=list)
+    checks_dirs: tuple[Path, ...] = ()
     node: str | None = None
     state_file: str = DEFAULT_STATE_FILE
     dry_run: bool = False

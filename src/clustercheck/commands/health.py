@@ -70,7 +70,7 @@ def health(
         profile=profile,
         budget=budget,
         replay=replay,
-        checks_dirs=list(checks_dir or ()),
+        checks_dirs=tuple(checks_dir or ()),
         node=node,
         state_file=state_file,
         dry_run=dry_run,

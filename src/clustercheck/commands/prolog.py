@@ -73,7 +73,7 @@ def prolog(
         profile=profile,
         budget=budget,
         replay=replay,
-        checks_dirs=list(checks_dir or ()),
+        checks_dirs=tuple(checks_dir or ()),
         state_file=state_file,
         on_internal_error=on_internal_error.value,
         syslog_socket=syslog_socket,
