@@ -446,7 +446,7 @@ def test_a_recording_replays_the_same_verdict_without_waiting(mocker: MockerFixt
     recorder.write_manifest(profile=str(path), version="test", note="replay test", expect={})
     start = time.monotonic()
     (replayed,) = run_checks(Host(ReplayTransport(Fixture.load(tmp_path / "fx"))), checks)
-    assert time.monotonic() - start < 0.5  # the waits were `sleep` on the node: a replay does not wait
+    assert time.monotonic() - start < 1.0  # the waits were `sleep` on the node: a replay does not wait
     assert recorded.duration_s > 1.3  # two waits of 0.667 s before the counter moved
     said = f"8 of 8 GPUs exported by {server.url} with 5 required fields; TOTAL_ENERGY_CONSUMPTION advanced"
     assert (
