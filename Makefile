@@ -19,11 +19,15 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: venv
-	@echo "== clustercheck run --replay fixtures/demo-cluster --profile fixtures/demo-cluster/site-profile.yaml"
-	@$(CC) run --replay fixtures/demo-cluster --profile fixtures/demo-cluster/site-profile.yaml; rc=$$?; \
-	  echo; echo "exit code $$rc (0 ok, 1 warn, 2 fail, 3 error): the demo cluster has broken nodes on purpose;"; \
-	  echo "add -v for evidence and remedies, --format json|jsonl|junit|prometheus for machines."; \
-	  test $$rc -le 3
+	@echo "== 1. GPU nodes: node basics, GPU health, image stack (fixtures/demo-cluster)"
+	@$(CC) run --replay fixtures/demo-cluster --profile fixtures/demo-cluster/site-profile.yaml; test $$? -le 3
+	@echo; echo "== 2. RDMA: InfiniBand ports, /dev/infiniband inside Apptainer/Enroot, NCCL settings (fixtures/rdma)"
+	@$(CC) run $(foreach f,healthy-ndr apptainer-minimal-dev enroot-restrict-dev port-down-half-rate nccl-ib-hca-typo,--replay fixtures/rdma/$(f)); test $$? -le 3
+	@echo; echo "== 3. Monitoring: would Prometheus see these nodes' GPUs? (fixtures/monitoring-*)"
+	@$(CC) run --replay fixtures/monitoring-healthy --replay fixtures/monitoring-exporter-down \
+	  --replay fixtures/monitoring-gpu-missing --replay fixtures/monitoring-no-xid; test $$? -le 3
+	@echo; echo "Exit codes: 0 ok, 1 warn, 2 fail, 3 error. The demo nodes are broken on purpose."
+	@echo "Add -v for evidence and remedies; --format json|jsonl|junit|prometheus|html for machines."
 
 # The SSH tests start a real OpenSSH server on 127.0.0.1; install it when we can.
 system-deps:

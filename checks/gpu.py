@@ -76,7 +76,13 @@ def count(host: Host, *, expected: int = 0) -> Result:
     answering = [g for g in record.gpus if g.error is None]
     lost = [g for g in record.gpus if g.error is not None]
     names = sorted({g.name or "?" for g in answering})
-    data = {"visible": len(answering), "expected": expected, "lost": [g.to_json() for g in lost], "models": names}
+    data = {
+        "visible": len(answering),
+        "expected": expected,
+        "lost": [g.to_json() for g in lost],
+        "models": names,
+        "facts": {"GPUs visible": len(answering)},
+    }
     evidence = _evidence(record, answering) + [f"{g.label}: {g.error}" for g in lost]
     problems = [f"{g.label}: {g.error}" for g in lost]
     if record.error:
@@ -176,7 +182,13 @@ def driver(host: Host, *, min_version: str = "", exact: str = "") -> Result:
     user = record.driver_version
     if user is None and module is None:
         return skip(f"no NVIDIA driver loaded ({record.error or 'no version reported'})")
-    data = {"driver": user, "kernel_module": module, "open_kernel_module": is_open, "cuda": record.cuda_version}
+    data = {
+        "driver": user,
+        "kernel_module": module,
+        "open_kernel_module": is_open,
+        "cuda": record.cuda_version,
+        "facts": {"NVIDIA driver": user, "driver's CUDA": record.cuda_version},
+    }
     flavour = " (open)" if is_open else " (proprietary)" if module else ""
     evidence = [*_evidence(record), f"kernel module {module or 'not loaded'}{flavour}"]
     version = user or module or ""

@@ -258,7 +258,13 @@ def cuda_compat(
         evidence += [f"in {facts.where}: {lib}" for lib in facts.libraries if "cuda" in lib]
     evidence.insert(0, f"image CUDA {cuda} from {source}")
     verdict = judge_cuda(cuda, record.driver_version, host_cuda=record.cuda_version, compat=compat)
-    data = {"image_cuda": str(cuda), "source": source, "driver": record.driver_version, **verdict.to_json()}
+    data = {
+        "image_cuda": str(cuda),
+        "source": source,
+        "driver": record.driver_version,
+        **verdict.to_json(),
+        "facts": {"image CUDA": str(cuda)},
+    }
     older = f"CUDA {record.cuda_version} or older" if record.cuda_version else "an older CUDA"
     remedy = (
         f"Install a driver >= {verdict.needs or verdict.floor} on the node, or use an image built for {older}, "
@@ -330,7 +336,13 @@ def nccl(
         evidence.insert(0, f"NCCL {version} from {source}")
     shown_plugins = ", ".join(_plugin_name(p) for p in plugins) if plugins else "none"
     plugin_text = f"net plugin {shown_plugins}" + (f" (NCCL_NET_PLUGIN={plugin_env})" if plugin_env else "")
-    data = {"nccl": version, "source": source, "net_plugins": plugins, "nccl_net_plugin": plugin_env}
+    data = {
+        "nccl": version,
+        "source": source,
+        "net_plugins": plugins,
+        "nccl_net_plugin": plugin_env,
+        "facts": {"image NCCL": version},
+    }
     problems = []
     if min_version and version_key(version) < version_key(min_version):
         problems.append(f"NCCL {version} is older than the minimum {min_version}")

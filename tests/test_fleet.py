@@ -86,10 +86,11 @@ def test_report_bad_input_exits_64(tmp_path: Path, content: str, message: str) -
     assert cli("report", str(tmp_path / "missing.jsonl")).returncode == 64
 
 
-def test_multi_host_table_lists_ok_hosts_in_one_line_and_groups_problems() -> None:
+def test_multi_host_table_lists_hosts_by_status_and_groups_problems() -> None:
     out = _demo_report("table")
-    assert "ok (1 host, every check ok): gpu001" in out
-    assert "gpu001 ok" not in out  # no table for a healthy host
+    assert "ok 1 host: gpu001" in out
+    assert "fail 10 hosts: gpu[002-006,008,010-013]" in out
+    assert "gpu001 ok" not in out  # no per-host tables in the fleet view (-v shows them)
     assert re.search(r"fail\s+node\.mounts\s+gpu003 \(1\)\s+/scratch did not answer stat within 5 s", out)
     assert re.search(r"cpus online\s+2 \(12 hosts\)\s+1 on gpu006", out)
 

@@ -118,15 +118,19 @@ def render(
         highlight=False,
     )
     id_width = max((len(c.id) for h in report.hosts for c in h.checks), default=5)
+    # One host, or -v: every host's table. Several hosts: the fleet view only (hosts by
+    # status, problems by check), which stays a few lines for hundreds of hosts.
     fleet = len(report.hosts) > 1
-    shown = [h for h in report.hosts if verbose or not fleet or h.status not in (Status.OK, Status.SKIP)]
+    shown = report.hosts if verbose or not fleet else ()
     for host in shown:
         # The title is a line of its own, as a Table title would be padded with blanks.
         console.print(Text.assemble(_text(host.host, style="bold"), " ", _status(host.status)))
         console.print(_host_table(host, verbose=verbose, id_width=id_width))
         console.print()
     if fleet:
-        _print_fleet(console, report, full=len(shown) == len(report.hosts))
+        _print_fleet(console, report, full=bool(shown))
+    if fleet and not shown:
+        console.print(Text("(-v shows every host's checks with their evidence and remedies)", style="dim"))
     separator = "·" if console.encoding.lower().startswith("utf") else "-"
     console.print(_footer(report, separator=separator))
 
@@ -137,10 +141,11 @@ def _print_fleet(console: Console, report: Report, *, full: bool) -> None:
     from clustercheck.hostlist import fold
 
     fleet = summarize(report)
-    ok_hosts = fleet.hosts_by_status["ok"]
-    if ok_hosts and not full:
-        noun = "host" if len(ok_hosts) == 1 else "hosts"
-        console.print(Text.assemble(_status(Status.OK), f" ({len(ok_hosts)} {noun}, every check ok): ", fold(ok_hosts)))
+    if not full:
+        for status, hosts in fleet.hosts_by_status.items():
+            if hosts:
+                noun = "host" if len(hosts) == 1 else "hosts"
+                console.print(Text.assemble(_status(Status(status)), f" {len(hosts)} {noun}: ", fold(hosts)))
         console.print()
     if fleet.groups:
         console.print(Text("problems by check", style="bold"))
