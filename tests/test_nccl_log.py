@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -695,3 +696,62 @@ def test_cli_bad_input_exits_64_naming_the_file(tmp_path: Path, make: str) -> No
     run = cli("nccl-log", target)
     assert run.returncode == 64, run.stdout + run.stderr
     assert str(target) in run.stderr and "Traceback" not in run.stderr
+
+
+# -- nccl.log on a node: grep sends back only what matters --------------------------------------------
+
+
+def _grep_rare_lines(path: Path) -> set[int]:
+    import subprocess
+
+    out = subprocess.run(
+        ["grep", "-n", "-a", "-E", "-e", nccl_log.GREP_PATTERN, "--", str(path)], capture_output=True, check=False
+    ).stdout.decode("utf-8", "replace")
+    return {int(line.split(":", 1)[0]) for line in out.splitlines()}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_grep_pattern_picks_the_lines_the_scanner_reads(name: str) -> None:
+    data = (LOGS / name).read_bytes()
+    python = {data.count(b"\n", 0, m.start()) + 1 for m in nccl_log._RARE.finditer(data)}
+    listing = {
+        data.count(b"\n", 0, m.start()) + 1 for m in re.finditer(rb"NCCL INFO Channel [0-9]+/[0-9]+ : +[0-9]+", data)
+    }
+    assert _grep_rare_lines(LOGS / name) == python - listing
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt",
+        "gnosia93-g6e48xl-4pods-1gpu-each-efa-noGDR.log.txt",
+        "gnosia93-g6e48xl-1pod-4gpu-shm.log.txt",
+        "slurmv4-roce-completion-error-vendor-err-81-node1.txt",
+        "issue-nccl-tests-188-ib-disabled-socket-2node-init-EXCERPT.txt",
+        "cybertronai-nccl2.4.6-efa-2node-v100-allreduce.txt",
+        "raddet-2gpu-shm-socket-concurrent-writes-garbled.log.txt",
+    ],
+)
+def test_check_reads_through_grep_as_nccl_log_reads_the_file(name: str) -> None:
+    import subprocess
+
+    from clustercheck.checks import nccl as nccl_checks
+
+    script = subprocess.run(
+        ["sh", "-c", nccl_checks._GREP_SCRIPT, "sh", str(LOGS / name), nccl_log.GREP_PATTERN],
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    via_grep = nccl_checks.analyze_grep_output(script, str(LOGS / name))
+    direct = analyze_paths([LOGS / name])
+    keys = ("network", "link_layer", "gpudirect_rdma", "net_channels", "single_node", "status", "intra_node")
+    assert {k: via_grep.to_json()[k] for k in keys} == {k: direct.to_json()[k] for k in keys}
+    assert [f.message for f in via_grep.findings] == [f.message for f in direct.findings]
+
+
+def test_check_sections_and_bad_grep_output() -> None:
+    from clustercheck.checks import nccl as nccl_checks
+
+    assert nccl_checks.numbered(["12:a:b", "x", ":3", "7:"]) == [(12, "a:b"), (7, "")]
+    assert nccl_checks.analyze_grep_output("@@ rare\n@@ counts\nvia NET/\t0\n", "/x") is None
+    assert nccl_checks.analyze_grep_output("garbage \x00 without sections", "/x") is None

@@ -50,7 +50,7 @@ BLOCK = 1 << 20
 MAX_LINE = 4 << 20
 #: Channel lines attributed to their host one by one at the start of every input; later ones are
 #: counted, and attributed only when they matter per host (no GPUDirect RDMA, TCP, shared memory).
-EXACT_CHANNELS = 100_000
+EXACT_CHANNELS = 50_000
 #: Files at least this large are scanned in stretches on several processes (`jobs`).
 PARALLEL_MIN = 64 << 20
 #: Caps that keep memory constant whatever the input holds.
@@ -77,8 +77,25 @@ _COMM_KINDS = (
     rb"comm |[0-9]+ coll channels|NVLS multicast|Connected NVLS|ncclCommInit|\[Rank |"
     rb"Channel [0-9]+/[0-9]+ : +[0-9]+(?: |\r?$)"
 )
-_RARE = re.compile(rb"NCCL (?:WARN|version |INFO (?:" + _PROCESS_KINDS + rb"|" + _COMM_KINDS + rb"))", re.MULTILINE)
-_RARE_LEAN = re.compile(rb"NCCL (?:WARN|version |INFO (?:" + _PROCESS_KINDS + rb"))")
+# INFO first: it is what almost every NCCL line holds, and sre then fails the rest fastest.
+_RARE = re.compile(rb"NCCL (?:INFO (?:" + _PROCESS_KINDS + rb"|" + _COMM_KINDS + rb")|WARN|version )", re.MULTILINE)
+# Past the start of a large input: what a process prints once when it starts (a restarted or late
+# rank), WARN lines, and the settings that change the network; not what repeats per communicator.
+_RARE_LEAN = re.compile(
+    rb"NCCL (?:INFO (?:Using network |NCCL version |Net/IB|NET : Using|Bootstrap ?: |"
+    rb"NET/(?:IB ?: ?(?:Using|No device|Unable|GPU Direct)|Socket ?: ?Using|OFI (?:Selected|Could not|"
+    rb"Initializing aws|Using aws)|[A-Za-z]+ : (?:Using|GPU Direct))|"
+    rb"NCCL_(?:IB_DISABLE|NET|NET_PLUGIN|IBEXT_DISABLE) set|Count not open|Could not open lib|P2P plugin|"
+    rb"Failed to init|rank [0-9]+ nranks)|WARN|version )"
+)
+#: The same line kinds as a POSIX extended regex, for `grep -E` on a node (checks/nccl.py): only
+#: these lines, the channel lines it needs, and counts cross the network, not a whole job log.
+GREP_PATTERN = (
+    "NCCL (WARN|version |INFO (Using network |NET/|Net/IB|NET : Using|NCCL version |NCCL_("
+    + _ENV_VARS.decode()
+    + ") set|Count not open|Could not open lib|P2P plugin|Failed to init|Bootstrap ?: |rank [0-9]+ nranks|"
+    "comm |[0-9]+ coll channels|NVLS multicast|Connected NVLS|ncclCommInit|\\[Rank ))"
+)
 # Messages of other libraries that explain a missing network (only looked for near the start).
 _FOREIGN = re.compile(
     rb"fi_getinfo: provider \S+ output empty list|libibverbs: Warning: no userspace device-specific driver"
@@ -500,7 +517,7 @@ class _Collector:
                 if len(prefixes) > _SEEN_CAP:
                     prefixes.clear()
                 prefixes[prefix] = host
-            cls = self._classify(bytes(buf[m.end() : stop]))
+            cls = self._classify(bytes(buf[m.end() : stop]))  # the text after " via "
             if cls:
                 self._count(host, cls, line_no, True)
         self.exact_left -= done
@@ -540,7 +557,9 @@ class _Collector:
             if not tail.gdr:
                 attribute.append(raw_tail)
         if attribute:  # network channels without GPUDirect RDMA: which hosts, exactly
-            self._attribute(buf, end, first_line, rb"via NET/(?:" + b"|".join(map(re.escape, attribute)) + rb")")
+            # whole tails only: "IB/0" must not match the start of "IB/0/GDRDMA"
+            alternatives = b"|".join(map(re.escape, attribute))
+            self._attribute(buf, end, first_line, rb"via NET/(?:" + alternatives + rb")(?=\n)")
         # Intra-node channels are the bulk of a log and say the same thing for every communicator:
         # past the exact start only shared memory (no P2P between local GPUs) is looked for.
         if shm:
@@ -556,6 +575,7 @@ class _Collector:
                 self._patterns.clear()
             compiled = self._patterns[pattern] = re.compile(pattern)
         rfind, find, count = buf.rfind, buf.find, buf.count
+        prefixes = self._prefixes
         line_no, last_line_start = first_line, 0
         for m in compiled.finditer(buf, 0, end):
             start = rfind(b"\n", 0, m.start()) + 1
@@ -564,13 +584,20 @@ class _Collector:
                 stop = end
             line_no += count(b"\n", last_line_start, start)
             last_line_start = start
-            parsed = split_line(buf[start:stop].decode("utf-8", "replace"))
-            if parsed is None or parsed.level == "GARBLED":
+            marker = find(b"NCCL INFO ", start, m.start())
+            if marker < 0:
                 continue
-            c = _CHANNEL_LINE.match(parsed.message)
-            cls = _tail_class(c.group(1)) if c else ()
+            prefix = bytes(buf[start:marker])
+            host = prefixes.get(prefix, _UNSET)
+            if host is _UNSET:
+                parsed = split_line(buf[start:stop].decode("utf-8", "replace"))
+                if parsed is None or parsed.level == "GARBLED":
+                    continue
+                host = prefixes[prefix] = parsed.host
+            via = find(b" via ", marker, stop)
+            cls = self._classify(bytes(buf[via + 5 : stop])) if via >= 0 else ()
             if cls:
-                self._count(parsed.host, cls, line_no, job_counts)
+                self._count(host, cls, line_no, job_counts)
 
 
 _UNSET: Any = object()
@@ -674,6 +701,7 @@ class Scanner:
 
     def __init__(self) -> None:
         self.job = _Job()
+        self._count_job_channels = True
 
     def host(self, name: str | None) -> _Host:
         key = name if name else "unknown"
@@ -737,13 +765,52 @@ class Scanner:
         for what, line in part.foreign.items():
             job.foreign.setdefault(what, Ref(name, offset + line))
 
-    def feed_lines(self, lines: Iterable[tuple[int, str]], name: str) -> None:
-        """Lines already picked out (e.g. by grep on a node), with their line numbers."""
+    def feed_lines(self, lines: Iterable[tuple[int, str]], name: str, *, count_channels: bool = True) -> None:
+        """Lines already picked out (e.g. by grep on a node), with their line numbers.
+
+        With `count_channels=False` channel lines are attributed to their hosts but not counted
+        job-wide (the counts come from `add_channel_totals`).
+        """
         if name not in self.job.sources:
             self.job.sources.append(name)
-        for number, text in lines:
-            self.job.lines = max(self.job.lines, number)
-            self.parse(text, Ref(name, number))
+        self._count_job_channels = count_channels
+        try:
+            for number, text in lines:
+                self.job.lines = max(self.job.lines, number)
+                self.parse(text, Ref(name, number))
+        finally:
+            self._count_job_channels = True
+
+    def add_channel_totals(self, *, net: int, gdr: int, p2p: int = 0, shm: int = 0) -> None:
+        """Job-wide channel line counts (``grep -c`` on a node); names and first lines come from the
+        channel lines attributed with `feed_lines(..., count_channels=False)`."""
+        job = self.job
+        seen: dict[tuple[str, bool], Ref] = {}
+        intra: dict[str, list[Any]] = {}
+        for h in job.hosts.values():
+            for cls, (n, ref) in h.channels.items():
+                if cls.startswith("NET/"):
+                    key = (cls[4:].removesuffix("/GDRDMA"), cls.endswith("/GDRDMA"))
+                    if key not in seen or ref.line < seen[key].line:
+                        seen[key] = ref
+                else:
+                    entry = intra.setdefault(cls, [0, ref])
+                    entry[0] += n
+        for with_gdr, total in ((True, gdr), (False, max(0, net - gdr))):
+            names = [k for k in seen if k[1] is with_gdr]
+            if total and names:
+                job.net[names[0]] = [total, seen[names[0]]]
+            elif total:
+                job.net[("?", with_gdr)] = [total, None]
+        p2p_classes = {c: v for c, v in intra.items() if c.startswith("P2P/")}
+        if p2p:
+            top = max(p2p_classes.items(), key=lambda kv: kv[1][0]) if p2p_classes else ("P2P", [0, None])
+            job.intra[top[0]] = [p2p, top[1][1]]
+            for cls, (n, ref) in p2p_classes.items():
+                if cls != top[0]:
+                    job.intra[cls] = [n, ref]
+        if shm:
+            job.intra["SHM"] = [shm, intra.get("SHM", [0, None])[1]]
 
     def add_channel_counts(self, counts: dict[str, int], ref: Ref | None = None) -> None:
         """Job-wide channel counts gathered elsewhere (grep -c on a node): 'NET/IB/0/GDRDMA' or 'SHM' -> lines."""
@@ -802,7 +869,7 @@ class Scanner:
         m = _CHANNEL_LINE.match(line.message)
         cls = _tail_class(m.group(1)) if m else ()
         if cls:
-            self._count_channel(line.host, cls, ref, 1, True)
+            self._count_channel(line.host, cls, ref, 1, self._count_job_channels)
 
     def _count_channel(
         self, host: str | None, cls: tuple[str, NetTail | None], ref: Ref, n: int, job_counts: bool
@@ -1393,7 +1460,7 @@ def _judge(job: _Job, *, expect: str | None, expect_gdr: bool) -> LogReport:
                         Status.WARN,
                         f"{h.name}: NCCL_IB_HCA={hca_env[0]} leaves one HCA ({dev}) for {len(h.devs)} GPUs: "
                         f"expect about 1/{len(h.devs)} of the node's inter-node bandwidth"
-                        + (f" (PXN proxies {job.pxn} channels through the GPU nearest the NIC)" if job.pxn else ""),
+                        + (" (PXN routes channels through the GPU nearest the NIC)" if job.pxn else ""),
                         _refs(hca_env[1], h.ib_line),
                         "List every HCA the node should use in NCCL_IB_HCA (or unset it).",
                     )

@@ -1,0 +1,257 @@
+"""NCCL as jobs see it: recent job logs (fallback to TCP, GPUDirect RDMA, transport errors) and
+nccl-tests bus bandwidth.
+
+Reads: for `nccl.log`, the newest files matching the profile's globs (`ls -1td` through `sh`),
+then per file one `sh -c` script of `grep -n -a` passes that sends back only the NCCL lines
+that decide the verdict (network selection, device lists, WARN lines, versions), network
+channel lines without GPUDirect RDMA, shared-memory channel lines, the first 2000 channel lines
+and `grep -c` counts: a multi-GB job log never crosses the network whole. Runs: for
+`nccl.busbw`, `nvidia-smi -L` (to count GPUs, unless the profile says) and `all_reduce_perf`
+(from nccl-tests) when it is installed; this one loads the GPUs for a few seconds, so keep
+it out of prolog profiles. Nothing here writes.
+"""
+
+# Sources: ../shared/reference/domain-facts.md §C.1-C.2 (log prefix and transport lines, how
+# they changed across NCCL versions), §C.4 (GPUDirect RDMA), §C.5 (missing RDMA devices).
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from clustercheck import Host, Result, check, fail, ok, skip, warn
+
+# What `nccl.log` sends back of a file, section by section (see the module docstring).
+_SECTIONS = ("rare", "nogdr", "shm", "channels", "counts")
+_COUNTED = ("via NET/", "/GDRDMA", "via P2P/", "via SHM")
+_LIST_SCRIPT = 'n=$1; shift; ls -1td -- $@ 2>/dev/null | head -n "$n"'
+_GREP_SCRIPT = """f=$1
+echo '@@ rare'; grep -n -a -E -e "$2" -- "$f" | head -n 20000
+echo '@@ nogdr'; grep -n -a -F -e 'via NET/' -- "$f" | grep -v -F -e '/GDRDMA' | head -n 2000
+echo '@@ shm'; grep -n -a -F -e ' via SHM' -- "$f" | head -n 2000
+echo '@@ channels'; grep -n -a -E -e ' via (NET|P2P|SHM)/' -- "$f" | head -n 2000
+echo '@@ counts'
+for p in 'via NET/' '/GDRDMA' 'via P2P/' 'via SHM'; do printf '%s\\t' "$p"; grep -c -a -F -e "$p" -- "$f"; done
+exit 0"""
+
+
+def parse_sections(text: str) -> dict[str, list[str]]:
+    """The grep script's output -> {section: lines}."""
+    sections: dict[str, list[str]] = {name: [] for name in _SECTIONS}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("@@ ") and line[3:].strip() in sections:
+            current = sections[line[3:].strip()]
+        elif current is not None:
+            current.append(line)
+    return sections
+
+
+def numbered(lines: list[str]) -> list[tuple[int, str]]:
+    """`grep -n` lines ('12:text') -> [(12, 'text')]; anything else is skipped."""
+    out = []
+    for line in lines:
+        number, sep, text = line.partition(":")
+        if sep and number.isdigit():
+            out.append((int(number), text))
+    return out
+
+
+def analyze_grep_output(text: str, path: str, *, expect: str = "", expect_gdr: bool = False) -> Any:
+    """One file's grep script output -> the analyzer's LogReport (None when it has no NCCL lines)."""
+    from clustercheck.analyzers.nccl_log import Scanner
+
+    sections = parse_sections(text)
+    scanner = Scanner()
+    seen: set[int] = set()
+    scanner.feed_lines(numbered(sections["rare"]), path)
+    seen.update(n for n, _ in numbered(sections["rare"]))
+    for name in ("nogdr", "shm", "channels"):
+        fresh = [(n, t) for n, t in numbered(sections[name]) if n not in seen]
+        seen.update(n for n, _ in fresh)
+        scanner.feed_lines(fresh, path, count_channels=False)
+    counts: dict[str, int] = {}
+    for line in sections["counts"]:
+        key, _, value = line.rpartition("\t")
+        if key in _COUNTED and value.strip().isdigit():
+            counts[key] = int(value)
+    scanner.add_channel_totals(
+        net=counts.get("via NET/", 0),
+        gdr=counts.get("/GDRDMA", 0),
+        p2p=counts.get("via P2P/", 0),
+        shm=counts.get("via SHM", 0),
+    )
+    report = scanner.report(expect=expect or None, expect_gdr=expect_gdr)
+    if not report.nccl_lines and not report.net_channels and not report.intra_node:
+        return None
+    return report
+
+
+def _headline(report: Any) -> str:
+    """The worst finding's message; for an ok report, every ok finding (network, GPUDirect RDMA)."""
+    status = report.status.value
+    same = [f.message for f in report.findings if f.status.value == status]
+    if status == "ok":
+        return "; ".join(same) or "no findings"
+    return str(same[0])
+
+
+@check(needs=["command sh", "command ls", "command grep"], timeout=60)
+def log(
+    host: Host,
+    *,
+    paths: tuple[str, ...],
+    max_files: int = 3,
+    expect: str = "",
+    expect_gdr: bool = False,
+) -> Result:
+    """Recent job logs show inter-node NCCL traffic over RDMA with GPUDirect RDMA, and no transport errors.
+
+    Why: a job that silently falls back from InfiniBand/RoCE or EFA to TCP sockets runs, many
+    times slower, and only NCCL's debug log shows it; so do inter-node channels without
+    GPUDirect RDMA and transport errors (completion errors, failed verbs calls).
+
+    How: takes the `max_files` newest files matching the `paths` globs (e.g. where jobs write
+    their output with NCCL_DEBUG=INFO) and greps each on the node for the NCCL lines that
+    matter (see the module docstring), then judges them as `clustercheck nccl-log` does: TCP
+    sockets for inter-node traffic, or any network other than `expect` (ib, roce, ofi,
+    socket), fails; network channels without GPUDirect RDMA warn (fail with `expect_gdr`);
+    transport errors fail. Logs without NCCL lines are passed over.
+
+    Fix: the finding names the cause it read in the log: NCCL_IB_DISABLE or NCCL_NET set,
+    libibverbs or the RDMA devices missing in the container, the network plugin failing to
+    initialize, nvidia_peermem not loaded; `clustercheck nccl-log FILE` on a copy of the log
+    shows every line it rests on.
+    """
+    if expect not in ("", "ib", "roce", "ofi", "socket"):
+        raise ValueError(f"expect must be one of ib, roce, ofi, socket (or empty), got {expect!r}")
+    listing = host.run("sh", "-c", _LIST_SCRIPT, "sh", str(max(1, max_files)), *paths)
+    if listing.exit_code == 127 or listing.timed_out:
+        raise RuntimeError(f"could not list job logs: {listing.describe()}")
+    files = [line for line in listing.stdout.splitlines() if line.strip()]
+    if not files:
+        return skip(f"no job logs match {' '.join(paths)} on this node")
+    from clustercheck.analyzers.nccl_log import GREP_PATTERN
+
+    judged: list[tuple[str, Any]] = []
+    silent: list[str] = []
+    for path in files:
+        result = host.run("sh", "-c", _GREP_SCRIPT, "sh", path, GREP_PATTERN)
+        if result.exit_code == 127:
+            raise RuntimeError(f"grep is not installed on the node: {result.describe()}")
+        if result.timed_out:
+            raise RuntimeError(f"reading {path} did not finish in time: {result.describe()}")
+        report = analyze_grep_output(result.stdout, path, expect=expect, expect_gdr=expect_gdr)
+        if report is None:
+            silent.append(path)
+        else:
+            judged.append((path, report))
+    if not judged:
+        return skip(
+            f"{len(silent)} recent job log{'s' if len(silent) > 1 else ''} without NCCL lines "
+            "(jobs need NCCL_DEBUG=INFO for this check)"
+        )
+    evidence = []
+    data: dict[str, Any] = {"files": {}}
+    for path, report in judged:
+        j = report.to_json()
+        data["files"][path] = {
+            k: j[k] for k in ("status", "network", "link_layer", "gpudirect_rdma", "net_channels", "single_node")
+        }
+        data["files"][path]["errors"] = j["error_count"]
+        for f in report.findings:
+            lines = ", ".join(str(r.line) for r in f.refs[:4])
+            evidence.append(f"{path}: {f.status.value}: {f.message}" + (f" (line {lines})" if lines else ""))
+    worst_path, worst_report = max(judged, key=lambda pr: ("ok", "warn", "fail").index(pr[1].status.value))
+    status = worst_report.status.value
+    others = len(judged) - 1
+    summary = f"{worst_path}: {_headline(worst_report)}"
+    if others:
+        counts = {s: sum(1 for _, r in judged if r.status.value == s) for s in ("fail", "warn", "ok")}
+        summary += " (" + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(judged)} job logs)"
+    remedy = next((f.remedy for f in worst_report.findings if f.status.value == status and f.remedy), "")
+    if status == "fail":
+        return fail(summary, remedy=remedy, data=data, evidence=evidence)
+    if status == "warn":
+        return warn(summary, remedy=remedy, data=data, evidence=evidence)
+    return ok(summary, data=data, evidence=evidence)
+
+
+@check(needs=["command nvidia-smi", "command all_reduce_perf"], timeout=300)
+def busbw(
+    host: Host,
+    *,
+    min_busbw: float,
+    binary: str = "all_reduce_perf",
+    gpus: int = 0,
+    min_bytes: str = "1",
+    max_bytes: str = "8G",
+    required: bool = False,
+) -> Result:
+    """all_reduce_perf (nccl-tests) on this node's GPUs reaches a peak bus bandwidth of `min_busbw` GB/s.
+
+    Why: a node whose NVLink/NVSwitch or PCIe path is degraded (a link down, a GPU on the wrong
+    PCIe generation, P2P disabled) still passes every static check and then slows every job it
+    joins; the bus bandwidth nccl-tests measures shows it.
+
+    How: runs `binary -b min_bytes -e max_bytes -f 2 -g GPUS` (GPUS from `gpus`, or the
+    count of `nvidia-smi -L`) and reads its table as `clustercheck nccl-tests` does: the peak
+    busbw (the best of out-of-place and in-place over all sizes) below `min_busbw` fails, as
+    do wrong results. Without the binary it skips (errors with `required`). It loads the GPUs:
+    run it from a health profile on idle nodes, not in a prolog.
+
+    Fix: compare with a healthy node of the same kind (`nvidia-smi topo -m`, `nvidia-smi nvlink
+    -s`, the PCIe link width and speed in `nvidia-smi -q`), reseat or replace the part, and
+    check NCCL_P2P_DISABLE/NCCL_P2P_LEVEL are not set on the node.
+    """
+    found = host.run("sh", "-c", 'command -v -- "$1"', "sh", binary)
+    if found.exit_code != 0 or not found.stdout.strip():
+        message = f"{binary} (nccl-tests) is not installed on this node (not in PATH)"
+        if required:
+            raise RuntimeError(message)
+        return skip(message)
+    n = gpus
+    if n <= 0:
+        listing = host.output("nvidia-smi", "-L")
+        n = sum(1 for line in listing.splitlines() if line.startswith("GPU "))
+        if n == 0:
+            raise RuntimeError("nvidia-smi -L lists no GPU")
+    run = host.run(binary, "-b", min_bytes, "-e", max_bytes, "-f", "2", "-g", str(n))
+    if run.timed_out:
+        raise RuntimeError(f"{binary} did not finish within the check's time budget: {run.describe()}")
+    from clustercheck.analyzers import nccl_tests
+
+    try:
+        parsed = nccl_tests.parse(run.stdout, binary)
+    except nccl_tests.NotATable:
+        detail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(
+            f"{shlex.join(run.argv)} exited {run.exit_code} without a result table: {detail[0]}"
+        ) from None
+    report = nccl_tests.judge(parsed, min_busbw=min_busbw)
+    peak = report.peak
+    assert peak is not None
+    data = {
+        "peak_busbw": peak.busbw,
+        "peak_size": peak.size,
+        "avg_busbw": report.avg_busbw,
+        "gpus": n,
+        "rows": len(report.rows),
+        "wrong": sum(r.out_of_place.wrong + r.in_place.wrong for r in report.rows),
+    }
+    evidence = [f"{f.status.value}: {f.message}" for f in report.findings]
+    bad = [f for f in report.findings if f.status.value == "fail"]
+    avg = f", avg {report.avg_busbw:g} GB/s" if report.avg_busbw is not None else ""
+    if bad:
+        return fail(
+            "; ".join(f.message for f in bad) + f" ({n} GPUs{avg})",
+            remedy="Compare `nvidia-smi topo -m` and `nvidia-smi nvlink -s` with a healthy node; check the PCIe "
+            "links (`nvidia-smi -q`: Link Width, Link Generation) and that NCCL_P2P_DISABLE is not set.",
+            data=data,
+            evidence=evidence,
+        )
+    return ok(
+        f"peak bus bandwidth {peak.busbw:.1f} GB/s on {n} GPUs (at least {min_busbw:g} GB/s){avg}",
+        data=data,
+        evidence=evidence,
+    )
