@@ -282,12 +282,12 @@ def test_a_hanging_check_is_cut_at_the_budget(tmp_path: Path) -> None:
     (tmp_path / "p.yaml").write_text("checks:\n  node.cpu:\n  site.hangs:\n")
     start = time.monotonic()
     proc = prolog(
-        "--checks", tmp_path / "checks", "--profile", tmp_path / "p.yaml", "--budget", "1.5",
+        "--checks", tmp_path / "checks", "--profile", tmp_path / "p.yaml", "--budget", "3",
         "--state-file", tmp_path / "s.json", "--syslog-socket", "",
     )  # fmt: skip
     took = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
-    assert took < 5, f"took {took:.1f} s with a 1.5 s budget"
+    assert took < 8, f"took {took:.1f} s with a 3 s budget"
     assert "site.hangs: error: not finished" in proc.stdout
     assert subprocess.run(["pgrep", "-f", "^sleep 30$"], capture_output=True).returncode == 1  # killed
 
@@ -304,11 +304,11 @@ def test_a_hang_outside_the_checks_ends_at_the_budget_by_policy(tmp_path: Path, 
     )  # fmt: skip
     assert time.monotonic() - start < 5
     assert proc.returncode == code
-    assert "the 1 s budget ran out outside the checks" in proc.stderr
+    assert "the 1 s budget ran out before the checks could be judged" in proc.stderr
     state = state_of(tmp_path / "s.json")
     assert state["verdict"] == "internal-error" and state["exit_code"] == code
     assert state["reason"] == (
-        "" if code == 0 else "clustercheck: internal error: the 1 s budget ran out outside the checks"
+        "" if code == 0 else "clustercheck: internal error: the 1 s budget ran out before the checks could be judged"
     )
 
 

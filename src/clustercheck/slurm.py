@@ -483,13 +483,15 @@ def prolog(opts: PrologOptions, env: Mapping[str, str] | None = None, out: TextI
         return code
 
     def expired() -> None:
-        cannot_judge(f"the {opts.budget:g} s budget ran out outside the checks", policy_code)
+        # the runner stops the checks before the budget: what is stuck is outside them (a profile
+        # or site module on a hung mount), or the machine is too busy to finish in time
+        cannot_judge(f"the {opts.budget:g} s budget ran out before the checks could be judged", policy_code)
 
     with Watchdog(opts.budget, expired, policy_code):
         try:
             transports = _transports(opts.replay, None if opts.replay else job.node)
-            # keep a little of the budget for writing the verdict
-            left = opts.budget - (time.monotonic() - start) - min(0.25, opts.budget / 10)
+            # keep some of the budget for stopping what still runs and writing the verdict
+            left = opts.budget - (time.monotonic() - start) - min(1.0, opts.budget / 5)
             report = _run_checks(
                 opts.profile, transports, opts.checks_dirs, left, debug=opts.debug, wrap=NoSlurmCommands
             )
