@@ -1,5 +1,5 @@
 # make demo   run clustercheck over the bundled demo cluster of recorded fixtures
-# make test   the test suite (real sshd on loopback; needs openssh-server, installed when root)
+# make test   the test suite (real sshd and Slurm daemons on loopback; installs them when root)
 # make lint   ruff + mypy --strict
 # make bench  speed and memory figures into bench/RESULTS.md
 VENV    ?= .venv
@@ -29,12 +29,14 @@ demo: venv
 	@echo; echo "Exit codes: 0 ok, 1 warn, 2 fail, 3 error. The demo nodes are broken on purpose."
 	@echo "Add -v for evidence and remedies; --format json|jsonl|junit|prometheus|html for machines."
 
-# The SSH tests start a real OpenSSH server on 127.0.0.1; install it when we can.
+# The tests start a real OpenSSH server and real Slurm daemons on loopback; install them when we can.
 system-deps:
-	@if ! test -x /usr/sbin/sshd; then \
+	@if ! test -x /usr/sbin/sshd || ! test -x /usr/sbin/slurmctld || ! test -x /usr/sbin/munged; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; \
-	  else echo "make test needs /usr/sbin/sshd: install openssh-server (e.g. sudo apt-get install openssh-server)"; exit 1; fi; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      openssh-server openssh-client slurm-wlm munge >/dev/null; \
+	  else echo "make test needs /usr/sbin/sshd (openssh-server); the Slurm tests need slurm-wlm and munge (skipped without them)"; \
+	    test -x /usr/sbin/sshd || exit 1; fi; \
 	fi
 
 test: venv system-deps
