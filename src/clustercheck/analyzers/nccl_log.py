@@ -359,6 +359,7 @@ class _Host:
     seen: int = 0
     first: Ref | None = None
     ofi_provider: tuple[str, Ref] | None = None
+    ofi_nics: int | None = None
     ofi_plugin: tuple[str, Ref] | None = None
     ibext_plugin: Ref | None = None
     gdr_hca: dict[str, tuple[bool, Ref]] = field(default_factory=dict)
@@ -1014,6 +1015,9 @@ class Scanner:
         if m:
             if h.ofi_provider is None:
                 h.ofi_provider = (m.group(1), ref)
+                nics = re.search(r"found (\d+) nics", msg)
+                if nics:
+                    h.ofi_nics = int(nics.group(1))
             return
         m = re.match(r"NET/OFI (?:Initializing|Using) aws-ofi-nccl (\S+)", msg)
         if m:
@@ -1266,6 +1270,8 @@ def _judge(job: _Job, *, expect: str | None, expect_gdr: bool) -> LogReport:
         else:
             host_gdr = None
         devices = [f"{d}/{link}" for d, (link, _) in h.devices.items()]
+        if not devices and h.ofi_provider and kind == "ofi":
+            devices = [f"{h.ofi_provider[0]}" + (f" ({h.ofi_nics} NICs)" if h.ofi_nics else "")]
         chan_nets = [c[4:].removesuffix("/GDRDMA") for c in h.channels if c.startswith("NET/")]
         if chan_nets and (net_name is None or kind != "socket"):
             net_name = chan_nets[0]
