@@ -45,7 +45,7 @@ from typing import IO, Any
 from clustercheck.result import Status, worst
 
 #: Bytes read at a time. Small blocks stay in the CPU cache, which matters more than syscalls.
-BLOCK = 1 << 20
+BLOCK = 1 << 18
 #: The longest line kept; longer ones (1 MB of garbage without a newline) are counted and skipped.
 MAX_LINE = 4 << 20
 #: Channel lines attributed to their host one by one at the start of every input; later ones are
