@@ -240,3 +240,9 @@ def test_jsonl_streams_each_host_as_it_finishes() -> None:
     assert sorted(set(hosts)) == ["gpu001", "gpu002"]
     # each host's lines come together, as a block written when it finished
     assert hosts == sorted(hosts, key=hosts.index)
+
+
+def test_output_to_dev_null_writes_into_it_and_never_replaces_it() -> None:
+    proc = cli("run", "--replay", str(DEMO / "gpu001"), "-f", "json", "-o", "/dev/null")
+    assert proc.returncode == 0, proc.stderr
+    assert Path("/dev/null").is_char_device()

@@ -229,9 +229,9 @@ def test_changed_host_key_is_always_refused(sshd: SSHServer, home: Path) -> None
 
 # -- failures ----------------------------------------------------------------------------
 def test_connection_refused_is_quick_and_clear(sshd: SSHServer) -> None:
-    t = direct(sshd, host="127.0.0.2")  # sshd listens on 127.0.0.1 only
+    t = direct(sshd, host="127.0.0.201")  # nothing listens there (the fleet sshd takes 127.0.0.2-65)
     start = time.monotonic()
-    with pytest.raises(Unreachable, match=rf"refused by 127\.0\.0\.2:{sshd.port}"):
+    with pytest.raises(Unreachable, match=rf"refused by 127\.0\.0\.201:{sshd.port}"):
         t.run(["true"], timeout=10)
     assert time.monotonic() - start < 2
 

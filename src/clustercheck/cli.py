@@ -101,6 +101,10 @@ def write_output(render: Callable[[TextIO], None], output: Path | None) -> None:
         render(sys.stdout)
         sys.stdout.flush()
         return
+    if output.exists() and not output.is_file():  # /dev/null, a FIFO: write into it, never replace it
+        with output.open("w", encoding="utf-8") as out:
+            render(out)
+        return
     folder = output.parent if str(output.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=folder)
     try:

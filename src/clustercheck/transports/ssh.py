@@ -188,7 +188,8 @@ class SSHTransport:
                 self.host, f"SSH connection to {self._label()} failed during `{shlex.join(argv)}`: {_describe(exc)}"
             ) from exc
         finally:
-            chan.close()
+            with contextlib.suppress(Exception):  # closing a channel of a dead connection raises EOFError
+                chan.close()
         if not finished:
             self._kill(conn, sid)
         duration = time.monotonic() - start
@@ -299,10 +300,14 @@ class SSHTransport:
             chan.exec_command(command)
             chan.shutdown_write()  # stdin: EOF at once, as with </dev/null
         except Exception as exc:
-            if not conn.alive() or watchdog.finished.is_set():
+            if not conn.alive():
                 self._drop(conn)
                 raise Unreachable(
                     self.host, f"SSH connection to {self._label()} broke starting `{shlex.join(argv)}`; dropped it"
+                ) from exc
+            if watchdog.finished.is_set():  # our deadline, not a dead host: keep the connection
+                raise CommandTimeout(
+                    self.host, f"`{shlex.join(argv)}` could not start on {self._label()} within its time budget"
                 ) from exc
             raise HostError(self.host, f"{self._label()} refused to run `{shlex.join(argv)}`: {exc}") from exc
         finally:
@@ -336,7 +341,8 @@ class SSHTransport:
             if not conn.alive():
                 self._drop(conn)
         finally:
-            chan.close()
+            with contextlib.suppress(Exception):
+                chan.close()
 
 
 def _collect(
