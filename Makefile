@@ -49,8 +49,14 @@ lint: venv
 
 # Prolog-path timing beside `python -c pass`, and beside LBNL NHC when NHC=/path/to/sbin/nhc
 # (with NHC_CFG_PREFIX for a copy not installed in /); see bench/RESULTS.md.
-bench: venv
+# Three side-by-side benchmarks, each against the tool people use today:
+#   prolog path vs python -c pass and LBNL NHC (NHC=/path/to/sbin/nhc NHC_CFG_PREFIX=...),
+#   nccl-log on a generated multi-GB log vs grep -c (appends its section to RESULTS.md),
+#   fleet runs over SSH on 256 loopback nodes vs clush and pdsh (apt-get install clustershell pdsh).
+bench: venv system-deps
 	$(VENV)/bin/python bench/bench.py --markdown bench/RESULTS.md $(BENCH_ARGS)
+	$(VENV)/bin/python bench/bench_nccl.py --markdown bench/RESULTS.md $(NCCL_BENCH_ARGS)
+	$(VENV)/bin/python bench/bench_fleet.py --markdown bench/FLEET.md $(BENCH_FLEET_ARGS)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
