@@ -13,10 +13,11 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tests.helpers import FIXTURES
-from tests.slurm_cluster import SlurmCluster, missing_binaries, short_tmpdir
+from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, short_tmpdir
 
 PROLOG = FIXTURES / "prolog-cluster"
 HEALTHY = PROLOG / "healthy"
@@ -199,3 +200,32 @@ def test_slurmd_runs_clustercheck_health_as_its_health_check_program(slurm: Slur
         slurm.wait_for(lambda: said(f"{node}: resume: every check passes"), 10, "its output")
     finally:
         slurm.link("health", node, None)
+
+
+def test_the_srun_recipe_then_report(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """The README's recipe for big fleets: clustercheck on every node through srun, merged by report."""
+    proc = slurm.run(
+        "srun",
+        "-w",
+        "n[1-3]",
+        "-N3",
+        "--ntasks-per-node=1",
+        *CLUSTERCHECK,
+        "run",
+        "--local",
+        "--profile",
+        "base",
+        "--format",
+        "jsonl",
+        timeout=120,
+    )
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert {line["host"] for line in lines} == {"n1", "n2", "n3"}, proc.stderr + slurm.logs()
+    results = tmp_path / "results.jsonl"
+    results.write_text(proc.stdout)
+    merged = slurm.clustercheck("report", results, "--format", "json")
+    report = json.loads(merged.stdout)
+    assert sorted(report["hosts"]) == ["n1", "n2", "n3"]
+    assert report["fleet"]["hosts"]["ok"]["count"] + report["fleet"]["hosts"]["fail"]["count"] == 3
+    table = slurm.clustercheck("report", results)
+    assert "3 hosts" in table.stdout and merged.returncode == table.returncode

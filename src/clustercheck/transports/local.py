@@ -28,7 +28,8 @@ class LocalTransport:
     kind = "local"
 
     def __init__(self, host: str | None = None) -> None:
-        self.host = host or os.uname().nodename
+        # Under Slurm (srun tasks, prologs) the node's Slurm name is the one admins use.
+        self.host = host or os.environ.get("SLURMD_NODENAME") or os.uname().nodename
         self._running: set[subprocess.Popen[bytes]] = set()
 
     def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
