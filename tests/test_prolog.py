@@ -421,6 +421,14 @@ def test_prolog_has_help() -> None:
     assert "--on-internal-error" in proc.stdout and "--budget" in proc.stdout
 
 
+def fast_prolog_options(args: list[str]) -> slurm.PrologOptions | None:
+    """What `clustercheck prolog ARGS` runs without Typer (None: Typer parses them)."""
+    from clustercheck import cli
+
+    opts = cli.plain_options(args, slurm.PROLOG_OPTIONS)
+    return None if opts is None else slurm.prolog_options(opts)
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -432,11 +440,11 @@ def test_prolog_has_help() -> None:
     ],
 )
 def test_fast_option_parser_hands_anything_unusual_to_typer(args: list[str]) -> None:
-    assert slurm.fast_prolog_options(args) is None
+    assert fast_prolog_options(args) is None
 
 
 def test_fast_option_parser_reads_every_option() -> None:
-    opts = slurm.fast_prolog_options(
+    opts = fast_prolog_options(
         [
             "-p",
             "site",

@@ -168,8 +168,45 @@ def execute_run(
 
 # -- the fast path --------------------------------------------------------------------------------
 
-_FAST_FLAGS = {"--local": "local", "--verbose": "verbose", "-v": "verbose"}
-_FAST_OPTIONS = {
+
+def plain_options(
+    args: Sequence[str], options: dict[str, str], flags: dict[str, str] | None = None
+) -> dict[str, Any] | None:
+    """The fast paths' one parser: `--opt VALUE`, `--opt=VALUE` and bare flags, nothing else.
+
+    Returns {key: value string, or True for a flag; "checks": [values]}, or None for anything
+    it does not know (another option, a repeated one, a missing value): the caller then hands
+    the arguments to Typer, which reports mistakes its usual way. It never decides what is
+    valid, only what is simple.
+    """
+    opts: dict[str, Any] = {"checks": []}
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        name, eq, inline = arg.partition("=")
+        if not eq and flags and arg in flags:
+            opts[flags[arg]] = True
+            continue
+        if name not in options:
+            return None
+        if eq:
+            value = inline
+        elif rest:
+            value = rest.pop(0)
+        else:
+            return None
+        key = options[name]
+        if key == "checks":
+            opts["checks"].append(value)
+        elif key in opts:
+            return None
+        else:
+            opts[key] = value
+    return opts
+
+
+_RUN_FLAGS = {"--local": "local", "--verbose": "verbose", "-v": "verbose"}
+_RUN_OPTIONS = {
     "--profile": "profile",
     "-p": "profile",
     "--format": "format",
@@ -183,36 +220,12 @@ _FAST_OPTIONS = {
 
 
 def fast_local_run(argv: Sequence[str]) -> bool:
-    """Run `run --local ...` without Typer when every argument is a plain, valid one.
-
-    Returns False (and does nothing) for anything else, so Typer parses it and reports
-    mistakes in its usual way: this path never decides what is valid, only what is simple.
-    """
+    """Run `run --local ...` without Typer when every argument is a plain, valid one."""
     if not argv or argv[0] != "run":
         return False
-    opts: dict[str, Any] = {"checks": []}
-    args = list(argv[1:])
-    while args:
-        arg = args.pop(0)
-        name, eq, inline = arg.partition("=")
-        if not eq and arg in _FAST_FLAGS:
-            opts[_FAST_FLAGS[arg]] = True
-            continue
-        if name not in _FAST_OPTIONS:
-            return False
-        if eq:
-            value = inline
-        elif args:
-            value = args.pop(0)
-        else:
-            return False
-        key = _FAST_OPTIONS[name]
-        if key == "checks":
-            opts["checks"].append(Path(value))
-        elif key in opts:
-            return False
-        else:
-            opts[key] = value
+    opts = plain_options(argv[1:], _RUN_OPTIONS, _RUN_FLAGS)
+    if opts is None:
+        return False
     try:
         timeout = float(opts["timeout"]) if "timeout" in opts else None
         command_timeout = float(opts.get("command_timeout", 10.0))
@@ -231,7 +244,7 @@ def fast_local_run(argv: Sequence[str]) -> bool:
     execute_run(
         opts["profile"],
         [LocalTransport()],
-        checks_dirs=tuple(opts["checks"]),
+        checks_dirs=tuple(Path(c) for c in opts["checks"]),
         fmt=opts.get("format", "table"),
         output=Path(opts["output"]) if "output" in opts else None,
         verbose=bool(opts.get("verbose")),
@@ -248,7 +261,8 @@ def fast_prolog(argv: Sequence[str]) -> bool:
         return False
     from clustercheck import slurm
 
-    options = slurm.fast_prolog_options(argv[1:])
+    opts = plain_options(argv[1:], slurm.PROLOG_OPTIONS)
+    options = None if opts is None else slurm.prolog_options(opts)
     if options is None:
         return False
     state.exit_code = slurm.prolog(options)

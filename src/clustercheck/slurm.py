@@ -554,7 +554,7 @@ def prolog(opts: PrologOptions, env: Mapping[str, str] | None = None, out: TextI
 
 # -- the fast path: `clustercheck prolog ...` without Typer --------------------------------------------
 
-_PROLOG_OPTIONS = {
+PROLOG_OPTIONS = {
     "--profile": "profile",
     "-p": "profile",
     "--budget": "budget",
@@ -566,42 +566,22 @@ _PROLOG_OPTIONS = {
 }
 
 
-def fast_prolog_options(args: Sequence[str]) -> PrologOptions | None:
-    """PrologOptions from plain, valid `prolog` arguments; None for anything else (Typer then
-    parses them and reports mistakes its usual way): this never decides what is valid."""
-    opts: dict[str, Any] = {}
-    checks: list[Path] = []
-    rest = list(args)
-    while rest:
-        arg = rest.pop(0)
-        name, eq, inline = arg.partition("=")
-        if name not in _PROLOG_OPTIONS:
+def prolog_options(opts: dict[str, Any]) -> PrologOptions | None:
+    """PrologOptions from `cli.plain_options(args, PROLOG_OPTIONS)`; None when a value is not
+    plainly valid (Typer then parses the arguments and reports the mistake its usual way)."""
+    values: dict[str, Any] = {k: v for k, v in opts.items() if k != "checks"}
+    if "budget" in values:
+        try:
+            values["budget"] = float(values["budget"])
+        except ValueError:
             return None
-        if eq:
-            value = inline
-        elif rest:
-            value = rest.pop(0)
-        else:
+        if not 0.1 <= values["budget"] < 1e6:
             return None
-        key = _PROLOG_OPTIONS[name]
-        if key == "checks":
-            checks.append(Path(value))
-        elif key in opts:
-            return None
-        elif key == "budget":
-            try:
-                opts[key] = float(value)
-            except ValueError:
-                return None
-            if not 0.1 <= opts[key] < 1e6:
-                return None
-        elif key == "replay":
-            opts[key] = Path(value)
-        elif key == "on_internal_error" and value not in ("pass", "fail"):
-            return None
-        else:
-            opts[key] = value
-    return PrologOptions(checks_dirs=tuple(checks), **opts)
+    if "replay" in values:
+        values["replay"] = Path(values["replay"])
+    if values.get("on_internal_error", "pass") not in ("pass", "fail"):
+        return None
+    return PrologOptions(checks_dirs=tuple(Path(c) for c in opts["checks"]), **values)
 
 
 # -- the node as slurmctld sees it ---------------------------------------------------------------------
