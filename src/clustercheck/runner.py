@@ -114,6 +114,12 @@ def run_profile(
             transport = transports[i]
             try:
                 host = Host(transport, command_timeout=command_timeout)
+                connect = getattr(transport, "connect", None)  # transports with a connection (SSH)
+                if connect is not None:
+                    try:  # before the checks, so the handshake does not eat the first check's budget
+                        connect()
+                    except Unreachable as exc:
+                        host.unreachable = str(exc)
                 run_checks(host, profile.checks, debug=debug, done=partial[i], host_timeout=host_timeout)
             finally:
                 with contextlib.suppress(Exception):

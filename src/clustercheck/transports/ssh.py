@@ -230,6 +230,11 @@ class SSHTransport:
             conn.close()
 
     # -- connection ---------------------------------------------------------------------
+    def connect(self) -> None:
+        """Connect now (bounded by connect_timeout): the runner does so before the host's first
+        check, so the handshake does not eat that check's time budget. Unreachable otherwise."""
+        self._connection()
+
     def _connection(self) -> _Connection:
         with self._lock:
             if self._conn is not None and self._conn.alive():
