@@ -7,12 +7,12 @@ refine a bare "Prolog error") are in clustercheck.slurm; this module gives them 
 from __future__ import annotations
 
 from enum import Enum
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from clustercheck import cli, slurm
+from clustercheck.commands.prolog import ChecksDirOpt, ReplayOpt, SlurmProfileOpt, SyslogOpt
 
 
 class HealthFormat(str, Enum):
@@ -21,14 +21,7 @@ class HealthFormat(str, Enum):
 
 
 def health(
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            "--profile",
-            "-p",
-            help="A profile's YAML path or a bundled profile's name [default: prolog; with --replay, the fixture's].",
-        ),
-    ] = None,
+    profile: SlurmProfileOpt = None,
     node: Annotated[
         str | None,
         typer.Option("--node", help="The Slurm node name [default: $SLURMD_NODENAME, else the short host name]."),
@@ -36,13 +29,8 @@ def health(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the scontrol command it would run; change nothing.")
     ] = False,
-    replay: Annotated[
-        Path | None,
-        typer.Option("--replay", help="Judge a recorded fixture instead of this node (tests and fire drills)."),
-    ] = None,
-    checks_dir: Annotated[
-        list[Path] | None, typer.Option("--checks", help="A folder of site check modules (repeatable).")
-    ] = None,
+    replay: ReplayOpt = None,
+    checks_dir: ChecksDirOpt = None,
     budget: Annotated[
         float,
         typer.Option("--budget", min=1.0, help="Hard limit in seconds (Slurm kills a HealthCheckProgram after 60 s)."),
@@ -55,9 +43,7 @@ def health(
     ] = slurm.DEFAULT_STATE_FILE,
     scontrol: Annotated[str, typer.Option("--scontrol", help="The scontrol command to use.")] = "scontrol",
     fmt: Annotated[HealthFormat, typer.Option("--format", "-f", help="Output format.")] = HealthFormat.table,
-    syslog_socket: Annotated[
-        str, typer.Option("--syslog-socket", help="The syslog socket ('' for none).")
-    ] = slurm.DEFAULT_SYSLOG,
+    syslog_socket: SyslogOpt = slurm.DEFAULT_SYSLOG,
 ) -> None:
     """Check this node (slurm.conf HealthCheckProgram=) and drain or resume it, safely.
 

@@ -21,28 +21,35 @@ class OnInternalError(str, Enum):
     fail = "fail"
 
 
+# Options `prolog` and `health` share (health imports them from here).
+SlurmProfileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        "-p",
+        help="A profile's YAML path or a bundled profile's name [default: prolog; with --replay, the fixture's].",
+    ),
+]
+ReplayOpt = Annotated[
+    Path | None,
+    typer.Option("--replay", help="Judge a recorded fixture instead of this node (tests and fire drills)."),
+]
+ChecksDirOpt = Annotated[
+    list[Path] | None, typer.Option("--checks", help="A folder of site check modules (repeatable).")
+]
+SyslogOpt = Annotated[str, typer.Option("--syslog-socket", help="The syslog socket ('' for none).")]
+
+
 def prolog(
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            "--profile",
-            "-p",
-            help="A profile's YAML path or a bundled profile's name [default: prolog; with --replay, the fixture's].",
-        ),
-    ] = None,
+    profile: SlurmProfileOpt = None,
     budget: Annotated[
         float,
         typer.Option(
             "--budget", min=0.1, help="Hard limit in seconds for the whole prolog; unfinished checks are errors."
         ),
     ] = slurm.PROLOG_BUDGET,
-    replay: Annotated[
-        Path | None,
-        typer.Option("--replay", help="Judge a recorded fixture instead of this node (tests and fire drills)."),
-    ] = None,
-    checks_dir: Annotated[
-        list[Path] | None, typer.Option("--checks", help="A folder of site check modules (repeatable).")
-    ] = None,
+    replay: ReplayOpt = None,
+    checks_dir: ChecksDirOpt = None,
     state_file: Annotated[
         str,
         typer.Option(
@@ -57,9 +64,7 @@ def prolog(
             "(logged loudly) or fail it (Slurm drains it).",
         ),
     ] = OnInternalError.pass_,
-    syslog_socket: Annotated[
-        str, typer.Option("--syslog-socket", help="The syslog socket ('' for none).")
-    ] = slurm.DEFAULT_SYSLOG,
+    syslog_socket: SyslogOpt = slurm.DEFAULT_SYSLOG,
 ) -> None:
     """Judge this node for the job about to start (slurm.conf Prolog=): exit non-zero only when
     it must not run the job.
