@@ -322,6 +322,12 @@ class RecordingTransport:
         json_path.write_text(text + "\n", encoding="utf-8")
         return record
 
+    def connect(self) -> None:
+        """Connect the inner transport up front when it has a connection (SSH)."""
+        connect = getattr(self.inner, "connect", None)
+        if connect is not None:
+            connect()
+
     def close(self) -> None:
         self.inner.close()
 
