@@ -12,7 +12,10 @@ object; record/replay stores that like any other command output.
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
+from typing import Any
 
 from clustercheck import Host, Result, Size, check, fail, ok, warn
 from clustercheck.registry import human_size
@@ -171,6 +174,425 @@ def mounts(
         + (", read-write" if rw else "")
         + (f", {len(rules)} option rules met" if rules else "")
         + " and answering",
+        data=data,
+        evidence=evidence,
+    )
+
+
+# -- measuring on the node ----------------------------------------------------------------
+
+#: The script `storage.read_pattern` and `storage.checkpoint_write` run as `python3 -c SCRIPT
+#: ARGS` (one command, so it works over SSH and records like any command). Standard library
+#: only; Python 3.6+ (what older node images carry). It prints one JSON object.
+SCRIPT = r"""
+import json, mmap, os, random, shutil, signal, sys, tempfile, threading, time
+A = json.loads(sys.argv[1]); T0 = time.monotonic(); BUDGET = float(A["budget_s"])
+OUT = {"mode": A["mode"], "readers": A["readers"]}; STOP = threading.Event(); MB = 1 << 20
+def _sig(n, f):
+    raise SystemExit(128 + n)
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM):
+    signal.signal(s, _sig)
+signal.alarm(int(BUDGET) + 5)  # a watchdog: a phase that overruns still ends in the cleanup
+def left(frac):
+    return T0 + BUDGET * frac
+def drop(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+def parallel(n, fn):
+    errs = []
+    def run(i):
+        try:
+            fn(i)
+        except BaseException as e:
+            errs.append("%s: %s" % (type(e).__name__, e)); STOP.set()
+    ts = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+    t = time.monotonic()
+    for th in ts: th.start()
+    for th in ts: th.join()
+    if errs: raise RuntimeError(errs[0])
+    return time.monotonic() - t
+def write_files(d, n, size, until, sync):
+    block = 4 * MB; buf = os.urandom(block); done = [0] * n; per = max(block, size // n // block * block)
+    def w(i):
+        fd = os.open(os.path.join(d, "f%03d" % i), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            while done[i] < per and time.monotonic() < until and not STOP.is_set():
+                done[i] += os.write(fd, buf[: min(block, per - done[i])])
+            if sync: os.fsync(fd)
+        finally:
+            os.close(fd)
+    secs = parallel(n, w)
+    return done, secs
+def opener(path, direct):
+    return os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
+def pct(xs, p):
+    return round(xs[min(len(xs) - 1, int(len(xs) * p))] * 1000, 3) if xs else None
+def reads(d, files, sizes, n, bs, until, direct, rnd):
+    lat = [[] for _ in range(n)]; got = [0] * n
+    def r(i):
+        buf = mmap.mmap(-1, bs); fds = [opener(os.path.join(d, f), direct) for f in files]
+        rng = random.Random(i)
+        try:
+            if rnd:
+                for fd in fds: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+                while time.monotonic() < until and not STOP.is_set() and len(lat[i]) < A["max_ops"]:
+                    k = rng.randrange(len(fds)); off = rng.randrange(max(1, sizes[k] // bs)) * bs
+                    t = time.monotonic(); got[i] += os.preadv(fds[k], [buf], off); lat[i].append(time.monotonic() - t)
+            else:
+                k = i % len(fds); off = 0
+                while off < sizes[k] and time.monotonic() < until and not STOP.is_set():
+                    m = os.preadv(fds[k], [buf], off)
+                    if m <= 0: break
+                    off += m; got[i] += m
+        finally:
+            for fd in fds: os.close(fd)
+            buf.close()
+    secs = parallel(n, r)
+    xs = sorted(x for l in lat for x in l)
+    res = {"bytes": sum(got), "seconds": round(secs, 4), "mb_s": round(sum(got) / secs / 1e6, 1)}
+    if rnd:
+        res.update(ops=len(xs), iops=round(len(xs) / secs, 1), p50_ms=pct(xs, 0.5), p99_ms=pct(xs, 0.99))
+    return res
+def measure_read(d):
+    n = A["readers"]
+    done, secs = write_files(d, n, A["size"], left(0.35), True)
+    files = ["f%03d" % i for i in range(n)]; sizes = done
+    OUT["written_bytes"] = sum(done); OUT["write_seconds"] = round(secs, 3)
+    try:
+        if not A["o_direct"]: raise OSError(0, "not used (o_direct: false in the profile)")
+        os.close(opener(os.path.join(d, files[0]), True)); direct = True
+    except OSError as e:
+        direct = False; OUT["o_direct_error"] = e.strerror
+    OUT["cache"] = "O_DIRECT" if direct else "posix_fadvise(DONTNEED)"
+    def evict():
+        if not direct:
+            for f in files: drop(os.path.join(d, f))
+    evict(); OUT["seq"] = reads(d, files, sizes, n, A["seq_block"], left(0.55), direct, False)
+    for bs, key, frac in ((4096, "rand_4k", 0.65), (131072, "rand_128k", 0.75)):
+        evict(); OUT[key] = reads(d, files, sizes, n, bs, left(frac), direct, True)
+    md = os.path.join(d, "meta"); os.mkdir(md); names = []; small = os.urandom(A["meta_size"]); until = left(0.83)
+    while len(names) < A["meta_files"] and time.monotonic() < until:
+        p = os.path.join(md, "s%05d" % len(names)); fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, small); os.fdatasync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        names.append(p)
+    count = [0] * n; until = left(0.93)
+    def m(i):
+        for p in names[i::n]:
+            if time.monotonic() >= until or STOP.is_set(): break
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fstat(fd); os.read(fd, A["meta_size"])
+            finally:
+                os.close(fd)
+            count[i] += 1
+    secs = parallel(n, m)
+    OUT["meta"] = {"files": sum(count), "created": len(names), "seconds": round(secs, 4),
+                   "files_s": round(sum(count) / secs, 1)}
+def measure_write(d):
+    n = A["readers"]; t = time.monotonic()
+    done, _ = write_files(d, n, A["size"], left(0.8), True)
+    secs = time.monotonic() - t
+    OUT["write"] = {"bytes": sum(done), "seconds": round(secs, 4), "gb_s": round(sum(done) / secs / 1e9, 3)}
+def main():
+    st = os.statvfs(A["path"]); total = st.f_blocks * st.f_frsize; free = st.f_bavail * st.f_frsize
+    need = A["size"] + A.get("meta_files", 0) * A.get("meta_size", 0)
+    OUT.update(free_bytes=free, total_bytes=total, needed_bytes=need)
+    if free - need < A["margin"] * total:
+        OUT["refused"] = ("writing %d bytes would leave less than %g%% of the filesystem free (%d bytes free of %d)"
+                          % (need, A["margin"] * 100, free, total))
+        return
+    try:
+        d = tempfile.mkdtemp(prefix=".clustercheck-storage-", dir=A["path"])
+    except OSError as e:
+        OUT["refused"] = "cannot create a private folder in %s: %s" % (A["path"], e.strerror or e); return
+    OUT["dir"] = d
+    try:
+        (measure_read if A["mode"] == "read" else measure_write)(d)
+    except Exception as e:
+        OUT["error"] = "%s: %s" % (type(e).__name__, e)
+    finally:
+        STOP.set(); shutil.rmtree(d, ignore_errors=True); OUT["removed"] = not os.path.exists(d)
+try:
+    main()
+except Exception as e:
+    OUT["error"] = "%s: %s" % (type(e).__name__, e)
+except SystemExit as e:
+    OUT["interrupted"] = "signal %d" % (e.code - 128) if isinstance(e.code, int) and e.code > 128 else str(e.code)
+    raise
+finally:
+    OUT["elapsed_s"] = round(time.monotonic() - T0, 3); print(json.dumps(OUT, sort_keys=True)); sys.stdout.flush()
+"""
+
+
+GIB, MIB, SMALL_FILE = Size(1 << 30), Size(1 << 20), Size(16 << 10)
+
+
+def gpu_count(host: Host) -> tuple[int | None, str]:
+    """The node's GPU count from the `nvml` probe, or None and why not."""
+    try:
+        record = host.probe("nvml")
+    except Exception as exc:  # no NVML / nvidia-smi on this node: the caller says what it did instead
+        return None, f"GPU count unknown ({exc})"
+    gpus = record.get("gpus") if isinstance(record, dict) else None
+    if not isinstance(gpus, list):
+        return None, "GPU count unknown (the nvml record has no GPU list)"
+    return len(gpus), f"{len(gpus)} GPUs (nvml probe)" if gpus else "no GPUs (the nvml probe found none)"
+
+
+def measure(host: Host, args: dict[str, Any], python: str) -> dict[str, Any]:
+    """Run SCRIPT on the node with `args`; its JSON, or HostError saying why there is none."""
+    from clustercheck.errors import HostError
+
+    # the script stops itself at budget_s (and its alarm at budget_s + 5); the margin covers
+    # interpreter start and the removal of its folder, so the command is rarely killed
+    result = host.run(python, "-c", SCRIPT, json.dumps(args, sort_keys=True), timeout=args["budget_s"] + 20)
+    # the observation would quote the whole script: say what it was instead
+    if host.observations and SCRIPT in host.observations[-1]:
+        host.observations[-1] = host.observations[-1].replace(
+            shlex.quote(SCRIPT), f"<clustercheck storage script, {len(SCRIPT)} characters>"
+        )
+    line = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        if result.timed_out:
+            raise HostError(host.name, f"the measurement did not finish within {result.duration_s:.0f} s")
+        detail = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit {result.exit_code}"
+        hint = f" ({python} not found on the node)" if result.exit_code == 127 else ""
+        raise HostError(host.name, f"the measurement printed no result{hint}: {detail}")
+    if record.get("refused"):
+        raise HostError(host.name, f"refused to measure: {record['refused']}")
+    if record.get("interrupted"):
+        raise HostError(host.name, f"the measurement was interrupted ({record['interrupted']})")
+    if record.get("error"):
+        raise HostError(host.name, f"the measurement failed: {record['error']}")
+    return record
+
+
+def _readers(host: Host, readers: int) -> tuple[int, int | None, str]:
+    gpus, said = gpu_count(host)
+    if readers > 0:
+        return readers, gpus, f"{readers} readers (profile); {said}"
+    if gpus:
+        return gpus, gpus, f"{gpus} readers, one per GPU; {said}"
+    return 4, gpus, f"4 readers (default: {said})"
+
+
+def _cleanup_evidence(record: dict[str, Any]) -> str:
+    if record.get("removed"):
+        return f"scratch folder {record.get('dir')} created and removed"
+    return f"scratch folder {record.get('dir')} could NOT be removed: remove it by hand"
+
+
+@check(needs=["command python3"], timeout=90)
+def read_pattern(
+    host: Host,
+    *,
+    path: str,
+    size: Size = GIB,
+    readers: int = 0,
+    budget: float = 30.0,
+    seq_block: Size = MIB,
+    meta_files: int = 2000,
+    meta_size: Size = SMALL_FILE,
+    free_margin: float = 0.10,
+    min_seq_mb_s: float = 0.0,
+    per_gpu_seq_mb_s: float = 0.0,
+    min_iops_4k: float = 0.0,
+    min_iops_128k: float = 0.0,
+    max_p99_ms: float = 0.0,
+    min_files_s: float = 0.0,
+    o_direct: bool = True,
+    python: str = "python3",
+) -> Result:
+    """The filesystem at `path` feeds this node's GPUs: sequential, small random and small-file reads.
+
+    Why: LLM pretraining reads tokenized shards at every epoch start, all nodes at once:
+    large sequential reads (WebDataset tars, Parquet), small random reads inside large
+    memory-mapped files (Megatron `.bin/.idx`), and many opens of small files. A shared
+    filesystem that cannot keep up leaves GPUs idle, and no other check sees it.
+
+    How: one `python3 -c SCRIPT` on the node creates a private folder (unique name) under
+    `path`, writes `size` of data in one file per reader (fsync'd), then measures with
+    `readers` parallel readers (default: one per GPU from the nvml probe, else 4):
+    (1) sequential reads in `seq_block` blocks, MB/s; (2) random 4 KiB and 128 KiB reads
+    inside the files, IOPS and p50/p99 latency; (3) open+fstat+read+close of `meta_files`
+    small files, files/s. The page cache is bypassed with O_DIRECT where the filesystem
+    supports it (and `o_direct` is true), else dropped with posix_fadvise(DONTNEED) after
+    fsync before each phase (tmpfs cannot drop it: its figures are memory speed); the
+    evidence says which. The
+    small files' dentries and inodes stay cached, so files/s is an upper bound. Everything
+    runs within `budget` seconds (phases stop at their share of it, or when the random
+    phases reach 20000 reads per reader) and the folder is removed on success, failure,
+    timeout and SIGTERM. It refuses to run when the writes would leave less than
+    `free_margin` of the filesystem free. Thresholds: `min_seq_mb_s` or
+    `per_gpu_seq_mb_s` x GPU count (the larger), `min_iops_4k`, `min_iops_128k`,
+    `max_p99_ms` (4 KiB reads), `min_files_s`; a figure under its threshold fails.
+
+    Fix: check the client's mount options (`storage.mounts`: rsize/wsize, Lustre stripe
+    settings with `lfs getstripe`), the node's storage network links and the file servers'
+    load; stage hot datasets to local NVMe; pack small files into shards (WebDataset tars).
+    """
+    n, gpus, readers_said = _readers(host, readers)
+    args = {
+        "mode": "read",
+        "path": path,
+        "size": int(size),
+        "readers": n,
+        "seq_block": int(seq_block),
+        "budget_s": budget,
+        "margin": free_margin,
+        "meta_files": meta_files,
+        "meta_size": int(meta_size),
+        "max_ops": 20000,
+        "o_direct": o_direct,
+    }
+    if per_gpu_seq_mb_s and not gpus:
+        from clustercheck.errors import HostError
+
+        raise HostError(host.name, f"per_gpu_seq_mb_s needs the GPU count: {readers_said}")
+    r = measure(host, args, python)
+    seq, r4, r128, meta = r["seq"], r["rand_4k"], r["rand_128k"], r["meta"]
+    cache = r.get("cache", "?") + (f" (O_DIRECT: {r['o_direct_error']})" if r.get("o_direct_error") else "")
+    evidence = [
+        readers_said,
+        f"page cache: {cache}",
+        f"wrote {human_size(r['written_bytes'])} in {r['write_seconds']:g} s",
+        f"sequential: {human_size(seq['bytes'])} read in {seq['seconds']:g} s = {seq['mb_s']:g} MB/s",
+        f"random 4 KiB: {r4['ops']} reads in {r4['seconds']:g} s = {r4['iops']:g} IOPS, "
+        f"p50 {r4['p50_ms']} ms, p99 {r4['p99_ms']} ms",
+        f"random 128 KiB: {r128['ops']} reads in {r128['seconds']:g} s = {r128['iops']:g} IOPS "
+        f"({r128['mb_s']:g} MB/s), p50 {r128['p50_ms']} ms, p99 {r128['p99_ms']} ms",
+        f"small files: {meta['files']} of {meta['created']} opened+read in {meta['seconds']:g} s = "
+        f"{meta['files_s']:g} files/s",
+        _cleanup_evidence(r),
+    ]
+    seq_need = min_seq_mb_s
+    seq_why = f"{min_seq_mb_s:g} MB/s"
+    if per_gpu_seq_mb_s and gpus and per_gpu_seq_mb_s * gpus > seq_need:
+        seq_need, seq_why = per_gpu_seq_mb_s * gpus, f"{per_gpu_seq_mb_s:g} MB/s per GPU x {gpus} GPUs"
+    problems = []
+    if seq_need and seq["mb_s"] < seq_need:
+        problems.append(f"sequential reads {seq['mb_s']:g} MB/s, expected at least {seq_need:g} MB/s ({seq_why})")
+    if min_iops_4k and r4["iops"] < min_iops_4k:
+        problems.append(f"random 4 KiB reads {r4['iops']:g} IOPS, expected at least {min_iops_4k:g}")
+    if min_iops_128k and r128["iops"] < min_iops_128k:
+        problems.append(f"random 128 KiB reads {r128['iops']:g} IOPS, expected at least {min_iops_128k:g}")
+    if max_p99_ms and (r4["p99_ms"] or 0) > max_p99_ms:
+        problems.append(f"random 4 KiB read p99 latency {r4['p99_ms']} ms, expected at most {max_p99_ms:g} ms")
+    if min_files_s and meta["files_s"] < min_files_s:
+        problems.append(f"small files {meta['files_s']:g} files/s, expected at least {min_files_s:g}")
+    data = {
+        "path": path,
+        "readers": n,
+        "gpus": gpus,
+        "measured": {k: r[k] for k in ("seq", "rand_4k", "rand_128k", "meta")},
+    }
+    figures = (
+        f"{seq['mb_s']:g} MB/s sequential, {r4['iops']:g} IOPS 4 KiB (p99 {r4['p99_ms']} ms), "
+        f"{r128['iops']:g} IOPS 128 KiB, {meta['files_s']:g} files/s with {n} readers on {path}"
+    )
+    if problems:
+        return fail(
+            "; ".join(problems),
+            remedy="Check the mount options (rsize/wsize, Lustre striping), the storage network and the file "
+            "servers' load; stage hot data to local NVMe; pack small files into shards.",
+            data=data,
+            evidence=[figures, *evidence],
+        )
+    thresholds = any((seq_need, min_iops_4k, min_iops_128k, max_p99_ms, min_files_s))
+    return ok(figures + ("" if thresholds else " (no thresholds in the profile)"), data=data, evidence=evidence)
+
+
+def parse_seconds(value: str) -> float:
+    """'300s' / '5m' / '1h' / '90' -> seconds; ValueError naming the value otherwise."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(s|m|min|h)?\s*", value)
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"expected a duration like 300s, 5m or 1h, got {value!r}")
+    return float(m.group(1)) * {"s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2) or "s"]
+
+
+@check(needs=["command python3"], timeout=90)
+def checkpoint_write(
+    host: Host,
+    *,
+    path: str,
+    checkpoint_size: Size,
+    checkpoint_budget: str = "300s",
+    nodes_in_job: int = 1,
+    size: Size = GIB,
+    writers: int = 0,
+    budget: float = 30.0,
+    free_margin: float = 0.10,
+    python: str = "python3",
+) -> Result:
+    """This node writes checkpoints fast enough for its share of a checkpoint within the budget.
+
+    Why: a training job stops while it writes a checkpoint (or cannot afford to write one
+    as often as it should); a filesystem that cannot take the job's checkpoint in its time
+    budget costs GPU hours at every save, and a node that writes slowly holds back the job.
+
+    How: one `python3 -c SCRIPT` on the node writes `size` of data with `writers` parallel
+    writers (default: one per GPU, else 4), each to its own file in a private folder it
+    creates under `path` and removes afterwards, fsync included in the time, and reports
+    GB/s. The job must write `checkpoint_size` in `checkpoint_budget` across
+    `nodes_in_job` nodes: e.g. 2 TB in 300 s is 6.67 GB/s, 0.42 GB/s per node of 16. A node
+    below its share fails with that arithmetic. Refuses to run when the writes would leave
+    less than `free_margin` of the filesystem free; bounded by `budget` seconds.
+
+    Fix: check the checkpoint filesystem's mount options and the node's storage network;
+    write checkpoints asynchronously or sharded across all ranks; stage to local NVMe and
+    drain to the shared filesystem in the background.
+    """
+    budget_s = parse_seconds(checkpoint_budget)
+    if nodes_in_job < 1:
+        raise ValueError(f"nodes_in_job must be at least 1, got {nodes_in_job}")
+    n, _, said = _readers(host, writers)
+    args = {
+        "mode": "write",
+        "path": path,
+        "size": int(size),
+        "readers": n,
+        "budget_s": budget,
+        "margin": free_margin,
+        "meta_files": 0,
+        "meta_size": 0,
+    }
+    r = measure(host, args, python)
+    w = r["write"]
+    job_gb_s = checkpoint_size / budget_s / 1e9
+    need = job_gb_s / nodes_in_job
+    projected = checkpoint_size / nodes_in_job / (w["gb_s"] * 1e9) if w["gb_s"] else float("inf")
+    arithmetic = (
+        f"{human_size(checkpoint_size)} ({checkpoint_size / 1e12:.3g} TB) in {budget_s:g} s needs "
+        f"{job_gb_s:.3g} GB/s across the job, {need:.3g} GB/s per node of {nodes_in_job}"
+    )
+    evidence = [
+        said.replace("readers", "writers"),
+        f"wrote {human_size(w['bytes'])} with fsync in {w['seconds']:g} s = {w['gb_s']:g} GB/s",
+        arithmetic,
+        _cleanup_evidence(r),
+    ]
+    data = {"gb_s": w["gb_s"], "needed_gb_s": round(need, 4), "projected_s": round(projected, 1), "writers": n}
+    if w["gb_s"] < need:
+        return fail(
+            f"writes {w['gb_s']:g} GB/s, needs {need:.3g} GB/s: {arithmetic}; this node's share "
+            f"({human_size(checkpoint_size / nodes_in_job)}) would take {projected:.0f} s",
+            remedy="Check the checkpoint filesystem's mount options and the storage network; write checkpoints "
+            "sharded and asynchronously, or stage them to local NVMe and drain in the background.",
+            data=data,
+            evidence=evidence,
+        )
+    return ok(
+        f"writes {w['gb_s']:g} GB/s, needs {need:.3g} GB/s ({arithmetic}); its share takes {projected:.0f} s",
         data=data,
         evidence=evidence,
     )

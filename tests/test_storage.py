@@ -119,3 +119,110 @@ def test_mounts_hung_stat_fails_without_hanging(tmp_path: Path) -> None:
     record.write_text(yaml.safe_dump(rec))
     check = run_one(fixture, "storage.mounts", {"paths": ["/scratch"]})
     assert (check["status"], check["summary"]) == ("fail", "/scratch did not answer stat within 5 s")
+
+
+# -- the measuring script, for real on this machine -------------------------------------------
+
+SMALL = {"size": "32MiB", "budget": 3, "meta_files": 200, "readers": 2}
+
+
+def run_local(tmp_path: Path, check_id: str, params: dict[str, object]) -> dict[str, object]:
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump({"checks": {check_id: params}}))
+    proc = cli("run", "--local", "--profile", str(profile), "--format", "json")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (host,) = json.loads(proc.stdout)["hosts"].values()
+    (check,) = host["checks"]
+    return check  # type: ignore[no-any-return]
+
+
+def leftovers(folder: Path) -> list[Path]:
+    return sorted(folder.glob(".clustercheck-storage-*"))
+
+
+def test_read_pattern_measures_and_removes_its_folder(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "theirs").write_text("not ours")
+    check = run_local(tmp_path, "storage.read_pattern", {"path": str(data), **SMALL})
+    assert check["status"] == "ok", check
+    measured = check["data"]["measured"]  # type: ignore[index]
+    assert measured["seq"]["bytes"] == 32 << 20  # the whole file set, read once
+    assert measured["rand_4k"]["ops"] > 0 and measured["rand_4k"]["p99_ms"] >= measured["rand_4k"]["p50_ms"]
+    assert measured["meta"]["files"] == 200
+    evidence = "\n".join(check["evidence"])  # type: ignore[arg-type]
+    assert "page cache: O_DIRECT" in evidence and "created and removed" in evidence
+    assert "<clustercheck storage script" in evidence
+    assert leftovers(data) == [] and (data / "theirs").read_text() == "not ours"
+
+
+def test_read_pattern_fails_below_threshold_naming_the_pattern(tmp_path: Path) -> None:
+    params = {"path": str(tmp_path), **SMALL, "o_direct": False, "min_seq_mb_s": 1e9, "min_files_s": 1e9}
+    check = run_local(tmp_path, "storage.read_pattern", params)
+    assert check["status"] == "fail"
+    summary = str(check["summary"])
+    assert summary.startswith("sequential reads ") and "expected at least 1e+09 MB/s (1e+09 MB/s)" in summary
+    assert "small files " in summary
+    assert any("posix_fadvise(DONTNEED)" in e for e in check["evidence"])  # type: ignore[union-attr]
+    assert leftovers(tmp_path) == []
+
+
+def test_read_pattern_per_gpu_needs_gpus(tmp_path: Path) -> None:
+    check = run_local(tmp_path, "storage.read_pattern", {"path": str(tmp_path), **SMALL, "per_gpu_seq_mb_s": 1})
+    assert check["status"] == "error"  # this machine has no GPU: it cannot tell, it does not pass
+    assert "per_gpu_seq_mb_s needs the GPU count" in str(check["summary"])
+
+
+def test_refuses_to_fill_the_filesystem_and_unusable_paths(tmp_path: Path) -> None:
+    check = run_local(tmp_path, "storage.read_pattern", {"path": str(tmp_path), **SMALL, "free_margin": 1.0})
+    assert check["status"] == "error" and "refused to measure: writing" in str(check["summary"])
+    params = {"path": str(tmp_path / "nope"), "checkpoint_size": "1TB", "size": "8MiB", "budget": 2}
+    check = run_local(tmp_path, "storage.checkpoint_write", params)
+    assert check["status"] == "error" and "measurement failed: FileNotFoundError" in str(check["summary"])
+    assert "No such file or directory" in str(check["summary"])
+    assert list(tmp_path.iterdir()) == [tmp_path / "profile.yaml"]
+
+
+def test_checkpoint_write_arithmetic(tmp_path: Path) -> None:
+    base = {"path": str(tmp_path), "size": "16MiB", "writers": 2, "budget": 3, "checkpoint_size": "2TB"}
+    check = run_local(tmp_path, "storage.checkpoint_write", {**base, "checkpoint_budget": "5m", "nodes_in_job": 16})
+    assert "1.8 TiB (2 TB) in 300 s needs 6.67 GB/s across the job, 0.417 GB/s per node of 16" in str(check["summary"])
+    check = run_local(tmp_path, "storage.checkpoint_write", {**base, "checkpoint_budget": "1s"})
+    assert check["status"] == "fail"
+    assert "needs 2e+03 GB/s" in str(check["summary"]) and "would take" in str(check["summary"])
+    assert leftovers(tmp_path) == []
+
+
+def test_script_cleans_up_on_sigterm(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from clustercheck.checks.storage import SCRIPT
+
+    args = {
+        "mode": "read",
+        "path": str(tmp_path),
+        "size": 64 << 20,
+        "readers": 2,
+        "seq_block": 1 << 20,
+        "budget_s": 20,
+        "margin": 0.0,
+        "meta_files": 100,
+        "meta_size": 4096,
+        "max_ops": 10**9,
+        "o_direct": True,
+    }
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(args)], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 10
+    while not leftovers(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert leftovers(tmp_path), "the script never created its folder"
+    time.sleep(0.3)  # inside a measuring phase
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 128 + signal.SIGTERM
+    record = json.loads(out)
+    assert record["interrupted"] == f"signal {int(signal.SIGTERM)}" and record["removed"] is True
+    assert leftovers(tmp_path) == []
