@@ -340,6 +340,8 @@ def gpu_count(host: Host) -> tuple[int | None, str]:
     except Exception as exc:  # no NVML / nvidia-smi on this node: the caller says what it did instead
         return None, f"GPU count unknown ({exc})"
     gpus = record.get("gpus") if isinstance(record, dict) else None
+    if isinstance(record, dict) and record.get("error") and not gpus:
+        return None, f"GPU count unknown ({record['error']})"
     if not isinstance(gpus, list):
         return None, "GPU count unknown (the nvml record has no GPU list)"
     return len(gpus), f"{len(gpus)} GPUs (nvml probe)" if gpus else "no GPUs (the nvml probe found none)"
