@@ -14,6 +14,7 @@ from clustercheck.checks.storage import expected_types, judge_option, parse_opti
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.helpers import DEMO, cli
+from tests.sshd import SSHServer
 
 GPU001 = DEMO / "gpu001"
 NFS_LINE = "/scratch nfs4 rw,relatime,vers=4.2,rsize=1048576,wsize=1048576,"
@@ -226,3 +227,38 @@ def test_script_cleans_up_on_sigterm(tmp_path: Path) -> None:
     record = json.loads(out)
     assert record["interrupted"] == f"signal {int(signal.SIGTERM)}" and record["removed"] is True
     assert leftovers(tmp_path) == []
+
+
+def test_over_ssh_recorded_and_replayed(sshd: SSHServer, tmp_path: Path) -> None:
+    """The same script through a real OpenSSH server on 127.0.0.1, recorded, then replayed."""
+    data = tmp_path / "data"
+    data.mkdir()
+    profile = tmp_path / "profile.yaml"
+    params = {"path": str(data), "size": "16MiB", "writers": 2, "budget": 3}
+    params.update(checkpoint_size="1TB", checkpoint_budget="24h")
+    profile.write_text(yaml.safe_dump({"checks": {"storage.checkpoint_write": params}}))
+    ssh = ("--ssh", sshd.alias, "--ssh-config", str(sshd.ssh_config), "-p", str(profile))
+    rec = cli("record", *ssh, "--out", str(tmp_path / "rec"))
+    assert "Traceback" not in rec.stderr, rec.stderr
+    replay = cli("run", "--replay", str(tmp_path / "rec"), "-p", str(profile), "-f", "json")
+    (host,) = json.loads(replay.stdout)["hosts"].values()
+    (check,) = host["checks"]
+    assert check["status"] == "ok" and check["data"]["gb_s"] > 0, check
+    assert "needs 0.0116 GB/s" in check["summary"]  # 1 TB in 86400 s on one node
+    assert leftovers(data) == []
+
+
+def test_truncated_measurement_is_an_error_naming_it(tmp_path: Path) -> None:
+    fixture = tmp_path / "node"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures/storage-healthy", fixture)
+    (cmd,) = [c for c in (fixture / "commands").iterdir() if '"mode": "read"' in (c / "stdout").read_text()]
+    (cmd / "stdout").write_text((cmd / "stdout").read_text()[:200])  # cut as by a dropped connection
+    (cmd / "stderr").write_text("Connection to stor001 closed by remote host.\n")
+    proc = cli("run", "--replay", str(fixture), "--profile", str(fixture / "profile.yaml"), "--format", "json")
+    assert "Traceback" not in proc.stderr
+    checks = {c["id"]: c for c in json.loads(proc.stdout)["hosts"]["stor001"]["checks"]}
+    assert checks["storage.read_pattern"]["status"] == "error"
+    assert checks["storage.read_pattern"]["summary"].endswith(
+        "the measurement printed no result: Connection to stor001 closed by remote host."
+    )
+    assert checks["storage.checkpoint_write"]["status"] == "ok"
