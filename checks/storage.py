@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import time
 from typing import Any
 
 from clustercheck import Host, Result, Size, check, fail, ok, warn
+from clustercheck.errors import HostError
 from clustercheck.registry import human_size
 
 # relative: the runtime package is clustercheck.checks, mypy's is checks
@@ -331,6 +333,8 @@ finally:
 
 
 GIB, MIB, SMALL_FILE = Size(1 << 30), Size(1 << 20), Size(16 << 10)
+#: Seconds the measuring command gets beyond its budget: interpreter start, removal of its folder.
+CLEANUP_S = 20.0
 
 
 def gpu_count(host: Host) -> tuple[int | None, str]:
@@ -349,11 +353,17 @@ def gpu_count(host: Host) -> tuple[int | None, str]:
 
 def measure(host: Host, args: dict[str, Any], python: str) -> dict[str, Any]:
     """Run SCRIPT on the node with `args`; its JSON, or HostError saying why there is none."""
-    from clustercheck.errors import HostError
-
     # the script stops itself at budget_s (and its alarm at budget_s + 5); the margin covers
-    # interpreter start and the removal of its folder, so the command is rarely killed
-    result = host.run(python, "-c", SCRIPT, json.dumps(args, sort_keys=True), timeout=args["budget_s"] + 20)
+    # interpreter start and the removal of its folder. A command killed at the check's deadline
+    # (SIGKILL) could not remove its folder: refuse a budget the check's time cannot hold.
+    left = host.deadline - time.monotonic() if host.deadline is not None else None
+    if left is not None and args["budget_s"] + CLEANUP_S > left:
+        raise HostError(
+            host.name,
+            f"budget {args['budget_s']:g} s + {CLEANUP_S:g} s to clean up does not fit in the check's "
+            f"{left:.0f} s left: lower `budget` or raise the check's `timeout`",
+        )
+    result = host.run(python, "-c", SCRIPT, json.dumps(args, sort_keys=True), timeout=args["budget_s"] + CLEANUP_S)
     # the observation would quote the whole script: say what it was instead
     if host.observations and SCRIPT in host.observations[-1]:
         host.observations[-1] = host.observations[-1].replace(
@@ -458,8 +468,6 @@ def read_pattern(
         "o_direct": o_direct,
     }
     if per_gpu_seq_mb_s and not gpus:
-        from clustercheck.errors import HostError
-
         raise HostError(host.name, f"per_gpu_seq_mb_s needs the GPU count: {readers_said}")
     r = measure(host, args, python)
     seq, r4, r128, meta = r["seq"], r["rand_4k"], r["rand_128k"], r["meta"]

@@ -262,3 +262,10 @@ def test_truncated_measurement_is_an_error_naming_it(tmp_path: Path) -> None:
         "the measurement printed no result: Connection to stor001 closed by remote host."
     )
     assert checks["storage.checkpoint_write"]["status"] == "ok"
+
+
+def test_budget_must_fit_in_the_check_timeout(tmp_path: Path) -> None:
+    params = {"path": str(tmp_path), **SMALL, "budget": 80}  # + 20 s to clean up > the 90 s check
+    check = run_local(tmp_path, "storage.read_pattern", params)
+    assert check["status"] == "error" and "lower `budget` or raise the check's `timeout`" in str(check["summary"])
+    assert leftovers(tmp_path) == []
