@@ -404,6 +404,13 @@ def _cleanup_evidence(record: dict[str, Any]) -> str:
     return f"scratch folder {record.get('dir')} could NOT be removed: remove it by hand"
 
 
+def threshold(absolute: float, per_gpu: float, gpus: int | None, unit: str) -> tuple[float, str]:
+    """The larger of `absolute` and `per_gpu` x `gpus`, and how it was reached (for the summary)."""
+    if per_gpu and gpus and per_gpu * gpus > absolute:
+        return per_gpu * gpus, f"{per_gpu:g} {unit} per GPU x {gpus} GPUs"
+    return absolute, f"{absolute:g} {unit}"
+
+
 @check(needs=["command python3"], timeout=90)
 def read_pattern(
     host: Host,
@@ -419,9 +426,11 @@ def read_pattern(
     min_seq_mb_s: float = 0.0,
     per_gpu_seq_mb_s: float = 0.0,
     min_iops_4k: float = 0.0,
+    per_gpu_iops_4k: float = 0.0,
     min_iops_128k: float = 0.0,
     max_p99_ms: float = 0.0,
     min_files_s: float = 0.0,
+    per_gpu_files_s: float = 0.0,
     o_direct: bool = True,
     python: str = "python3",
 ) -> Result:
@@ -446,8 +455,10 @@ def read_pattern(
     phases reach 20000 reads per reader) and the folder is removed on success, failure,
     timeout and SIGTERM. It refuses to run when the writes would leave less than
     `free_margin` of the filesystem free. Thresholds: `min_seq_mb_s` or
-    `per_gpu_seq_mb_s` x GPU count (the larger), `min_iops_4k`, `min_iops_128k`,
-    `max_p99_ms` (4 KiB reads), `min_files_s`; a figure under its threshold fails.
+    `per_gpu_seq_mb_s` x GPU count (the larger of the two), likewise `min_iops_4k` /
+    `per_gpu_iops_4k` and `min_files_s` / `per_gpu_files_s`; `min_iops_128k`, `max_p99_ms`
+    (4 KiB reads). A figure under its threshold fails, naming the pattern and both numbers;
+    a per-GPU threshold on a node whose GPUs cannot be counted is an error, not a pass.
 
     Fix: check the client's mount options (`storage.mounts`: rsize/wsize, Lustre stripe
     settings with `lfs getstripe`), the node's storage network links and the file servers'
@@ -467,8 +478,11 @@ def read_pattern(
         "max_ops": 20000,
         "o_direct": o_direct,
     }
-    if per_gpu_seq_mb_s and not gpus:
-        raise HostError(host.name, f"per_gpu_seq_mb_s needs the GPU count: {readers_said}")
+    per_gpu = {"per_gpu_seq_mb_s": per_gpu_seq_mb_s, "per_gpu_iops_4k": per_gpu_iops_4k}
+    per_gpu["per_gpu_files_s"] = per_gpu_files_s
+    for name, value in per_gpu.items():
+        if value and not gpus:
+            raise HostError(host.name, f"{name} needs the GPU count: {readers_said}")
     r = measure(host, args, python)
     seq, r4, r128, meta = r["seq"], r["rand_4k"], r["rand_128k"], r["meta"]
     cache = r.get("cache", "?") + (f" (O_DIRECT: {r['o_direct_error']})" if r.get("o_direct_error") else "")
@@ -485,21 +499,22 @@ def read_pattern(
         f"{meta['files_s']:g} files/s",
         _cleanup_evidence(r),
     ]
-    seq_need = min_seq_mb_s
-    seq_why = f"{min_seq_mb_s:g} MB/s"
-    if per_gpu_seq_mb_s and gpus and per_gpu_seq_mb_s * gpus > seq_need:
-        seq_need, seq_why = per_gpu_seq_mb_s * gpus, f"{per_gpu_seq_mb_s:g} MB/s per GPU x {gpus} GPUs"
+    seq_need, seq_why = threshold(min_seq_mb_s, per_gpu_seq_mb_s, gpus, "MB/s")
+    iops_need, iops_why = threshold(min_iops_4k, per_gpu_iops_4k, gpus, "IOPS")
+    files_need, files_why = threshold(min_files_s, per_gpu_files_s, gpus, "files/s")
     problems = []
     if seq_need and seq["mb_s"] < seq_need:
         problems.append(f"sequential reads {seq['mb_s']:g} MB/s, expected at least {seq_need:g} MB/s ({seq_why})")
-    if min_iops_4k and r4["iops"] < min_iops_4k:
-        problems.append(f"random 4 KiB reads {r4['iops']:g} IOPS, expected at least {min_iops_4k:g}")
+    if iops_need and r4["iops"] < iops_need:
+        problems.append(f"random 4 KiB reads {r4['iops']:g} IOPS, expected at least {iops_need:g} IOPS ({iops_why})")
     if min_iops_128k and r128["iops"] < min_iops_128k:
         problems.append(f"random 128 KiB reads {r128['iops']:g} IOPS, expected at least {min_iops_128k:g}")
     if max_p99_ms and (r4["p99_ms"] or 0) > max_p99_ms:
         problems.append(f"random 4 KiB read p99 latency {r4['p99_ms']} ms, expected at most {max_p99_ms:g} ms")
-    if min_files_s and meta["files_s"] < min_files_s:
-        problems.append(f"small files {meta['files_s']:g} files/s, expected at least {min_files_s:g}")
+    if files_need and meta["files_s"] < files_need:
+        problems.append(
+            f"small files {meta['files_s']:g} files/s, expected at least {files_need:g} files/s ({files_why})"
+        )
     data = {
         "path": path,
         "readers": n,
@@ -518,7 +533,7 @@ def read_pattern(
             data=data,
             evidence=[figures, *evidence],
         )
-    thresholds = any((seq_need, min_iops_4k, min_iops_128k, max_p99_ms, min_files_s))
+    thresholds = any((seq_need, iops_need, min_iops_128k, max_p99_ms, files_need))
     return ok(figures + ("" if thresholds else " (no thresholds in the profile)"), data=data, evidence=evidence)
 
 

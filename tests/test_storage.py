@@ -269,3 +269,18 @@ def test_budget_must_fit_in_the_check_timeout(tmp_path: Path) -> None:
     check = run_local(tmp_path, "storage.read_pattern", params)
     assert check["status"] == "error" and "lower `budget` or raise the check's `timeout`" in str(check["summary"])
     assert leftovers(tmp_path) == []
+
+
+def test_per_gpu_thresholds_on_the_recorded_node(tmp_path: Path) -> None:
+    fixture = tmp_path / "node"
+    shutil.copytree(Path(__file__).parent.parent / "fixtures/storage-healthy", fixture)
+    base = yaml.safe_load((fixture / "profile.yaml").read_text())["checks"]["storage.read_pattern"]
+    # recorded: 36819 IOPS at 4 KiB and 20897.4 files/s; the node has 8 GPUs (nvml record)
+    check = run_one(fixture, "storage.read_pattern", {**base, "per_gpu_iops_4k": 5000}, host="stor001")
+    assert check["status"] == "fail"
+    want = "random 4 KiB reads 36819 IOPS, expected at least 40000 IOPS (5000 IOPS per GPU x 8 GPUs)"
+    assert check["summary"] == want
+    check = run_one(fixture, "storage.read_pattern", {**base, "per_gpu_files_s": 2000}, host="stor001")
+    assert (check["status"], check["data"]["gpus"]) == ("ok", 8)  # type: ignore[index]
+    check = run_one(fixture, "storage.read_pattern", {**base, "min_files_s": 30000, "per_gpu_files_s": 2000}, "stor001")
+    assert check["summary"] == "small files 20897.4 files/s, expected at least 30000 files/s (30000 files/s)"
