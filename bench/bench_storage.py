@@ -55,6 +55,7 @@ def clustercheck_round(folder: Path, size: int, readers: int, budget: float) -> 
         "meta_size": 16 << 10,
         "max_ops": 20000,
         "o_direct": True,
+        "dataset": False,
     }
     proc = subprocess.run(["python3", "-c", SCRIPT, json.dumps(args)], capture_output=True, text=True, check=False)
     record: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])

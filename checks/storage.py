@@ -197,10 +197,11 @@ for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM):
 signal.alarm(int(BUDGET) + 5)  # a watchdog: a phase that overruns still ends in the cleanup
 def left(frac):
     return T0 + BUDGET * frac
-def drop(path):
+def drop(path, sync=True):
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fdatasync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if sync: os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
 def parallel(n, fn):
@@ -244,11 +245,13 @@ def reads(d, files, sizes, n, bs, until, direct, rnd):
                     k = rng.randrange(len(fds)); off = rng.randrange(max(1, sizes[k] // bs)) * bs
                     t = time.monotonic(); got[i] += os.preadv(fds[k], [buf], off); lat[i].append(time.monotonic() - t)
             else:
-                k = i % len(fds); off = 0
-                while off < sizes[k] and time.monotonic() < until and not STOP.is_set():
-                    m = os.preadv(fds[k], [buf], off)
-                    if m <= 0: break
-                    off += m; got[i] += m
+                cap = A["size"] // n  # files i, i+n, ... (a file per reader when they are as many)
+                for k in (range(i, len(fds), n) if i < len(fds) else [i % len(fds)]):
+                    off = 0; end = min(sizes[k], cap - got[i])
+                    while off < end and time.monotonic() < until and not STOP.is_set():
+                        m = os.preadv(fds[k], [buf], off)
+                        if m <= 0: break
+                        off += m; got[i] += m
         finally:
             for fd in fds: os.close(fd)
             buf.close()
@@ -258,38 +261,75 @@ def reads(d, files, sizes, n, bs, until, direct, rnd):
     if rnd:
         res.update(ops=len(xs), iops=round(len(xs) / secs, 1), p50_ms=pct(xs, 0.5), p99_ms=pct(xs, 0.99))
     return res
+def scan(root, until):
+    big, small, stack = [], [], [root]
+    while stack and time.monotonic() < until and len(big) + len(small) < 100000:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        for e in it:
+            try:
+                if e.name.startswith(".clustercheck-storage-"): continue
+                if e.is_dir(follow_symlinks=False): stack.append(e.path)
+                elif e.is_file(follow_symlinks=False):
+                    sz = e.stat(follow_symlinks=False).st_size
+                    if sz >= 4 * MB: big.append((e.path, sz))
+                    elif 0 < sz <= MB: small.append((e.path, sz))
+            except OSError:
+                pass
+        it.close()
+    return big, small
 def measure_read(d):
     n = A["readers"]
-    done, secs = write_files(d, n, A["size"], left(0.35), True)
-    files = ["f%03d" % i for i in range(n)]; sizes = done
-    OUT["written_bytes"] = sum(done); OUT["write_seconds"] = round(secs, 3)
-    try:
-        if not A["o_direct"]: raise OSError(0, "not used (o_direct: false in the profile)")
-        os.close(opener(os.path.join(d, files[0]), True)); direct = True
-    except OSError as e:
-        direct = False; OUT["o_direct_error"] = e.strerror
+    if d is None:  # an existing dataset, read-only: nothing is written
+        big, small = scan(A["path"], left(0.15))
+        OUT["dataset"] = {"large_files": len(big), "small_files": len(small)}
+        if not big: raise RuntimeError("no file of 4 MiB or more under %s to read" % A["path"])
+        big = big[:max(64, n)]; files = [p for p, _ in big]; sizes = [z for _, z in big]
+        d = ""; small = small[:A["meta_files"]]; names = small
+        try:
+            os.close(opener(files[0], True)); direct = A["o_direct"]
+        except OSError as e:
+            direct = False; OUT["o_direct_error"] = e.strerror
+        if not A["o_direct"]: OUT["o_direct_error"] = "not used (o_direct: false in the profile)"
+        fracs = (0.45, 0.6, 0.75)
+    else:
+        done, secs = write_files(d, n, A["size"], left(0.35), True)
+        files = ["f%03d" % i for i in range(n)]; sizes = done; names = None; fracs = (0.55, 0.65, 0.75)
+        OUT["written_bytes"] = sum(done); OUT["write_seconds"] = round(secs, 3)
+    if names is None:
+        try:
+            if not A["o_direct"]: raise OSError(0, "not used (o_direct: false in the profile)")
+            os.close(opener(os.path.join(d, files[0]), True)); direct = True
+        except OSError as e:
+            direct = False; OUT["o_direct_error"] = e.strerror
     OUT["cache"] = "O_DIRECT" if direct else "posix_fadvise(DONTNEED)"
     def evict():
         if not direct:
-            for f in files: drop(os.path.join(d, f))
-    evict(); OUT["seq"] = reads(d, files, sizes, n, A["seq_block"], left(0.55), direct, False)
-    for bs, key, frac in ((4096, "rand_4k", 0.65), (131072, "rand_128k", 0.75)):
+            for f in files: drop(os.path.join(d, f), names is None)
+    evict(); OUT["seq"] = reads(d, files, sizes, n, A["seq_block"], left(fracs[0]), direct, False)
+    for bs, key, frac in ((4096, "rand_4k", fracs[1]), (131072, "rand_128k", fracs[2])):
         evict(); OUT[key] = reads(d, files, sizes, n, bs, left(frac), direct, True)
-    md = os.path.join(d, "meta"); os.mkdir(md); names = []; small = os.urandom(A["meta_size"]); until = left(0.83)
-    while len(names) < A["meta_files"] and time.monotonic() < until:
+    if names is None:
+        md = os.path.join(d, "meta"); os.mkdir(md); names = []; small = os.urandom(A["meta_size"])
+        until = left(0.83)
+    else:
+        for p, _ in names: drop(p, False)
+    while d and len(names) < A["meta_files"] and time.monotonic() < until:
         p = os.path.join(md, "s%05d" % len(names)); fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, small); os.fdatasync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-        names.append(p)
+        names.append((p, A["meta_size"]))
     count = [0] * n; until = left(0.93)
     def m(i):
-        for p in names[i::n]:
+        for p, z in names[i::n]:
             if time.monotonic() >= until or STOP.is_set(): break
             fd = os.open(p, os.O_RDONLY)
             try:
-                os.fstat(fd); os.read(fd, A["meta_size"])
+                os.fstat(fd); os.read(fd, z)
             finally:
                 os.close(fd)
             count[i] += 1
@@ -302,6 +342,13 @@ def measure_write(d):
     secs = time.monotonic() - t
     OUT["write"] = {"bytes": sum(done), "seconds": round(secs, 4), "gb_s": round(sum(done) / secs / 1e9, 3)}
 def main():
+    if A.get("dataset"):
+        OUT["read_only"] = True
+        try:
+            measure_read(None)
+        except Exception as e:
+            OUT["error"] = "%s: %s" % (type(e).__name__, e)
+        return
     st = os.statvfs(A["path"]); total = st.f_blocks * st.f_frsize; free = st.f_bavail * st.f_frsize
     need = A["size"] + A.get("meta_files", 0) * A.get("meta_size", 0)
     OUT.update(free_bytes=free, total_bytes=total, needed_bytes=need)
@@ -432,6 +479,7 @@ def read_pattern(
     min_files_s: float = 0.0,
     per_gpu_files_s: float = 0.0,
     o_direct: bool = True,
+    dataset: bool = False,
     python: str = "python3",
 ) -> Result:
     """The filesystem at `path` feeds this node's GPUs: sequential, small random and small-file reads.
@@ -446,7 +494,10 @@ def read_pattern(
     `readers` parallel readers (default: one per GPU from the nvml probe, else 4):
     (1) sequential reads in `seq_block` blocks, MB/s; (2) random 4 KiB and 128 KiB reads
     inside the files, IOPS and p50/p99 latency; (3) open+fstat+read+close of `meta_files`
-    small files, files/s. The page cache is bypassed with O_DIRECT where the filesystem
+    small files, files/s. With `dataset: true`, `path` is an existing dataset read
+    read-only instead (nothing is written or created): its files of 4 MiB or more (up to
+    64) are read sequentially (up to `size` in all) and at random, and up to `meta_files`
+    of its files of 1 MiB or less are opened and read. The page cache is bypassed with O_DIRECT where the filesystem
     supports it (and `o_direct` is true), else dropped with posix_fadvise(DONTNEED) after
     fsync before each phase (tmpfs cannot drop it: its figures are memory speed); the
     evidence says which. The
@@ -477,6 +528,7 @@ def read_pattern(
         "meta_size": int(meta_size),
         "max_ops": 20000,
         "o_direct": o_direct,
+        "dataset": dataset,
     }
     per_gpu = {"per_gpu_seq_mb_s": per_gpu_seq_mb_s, "per_gpu_iops_4k": per_gpu_iops_4k}
     per_gpu["per_gpu_files_s"] = per_gpu_files_s
@@ -489,7 +541,12 @@ def read_pattern(
     evidence = [
         readers_said,
         f"page cache: {cache}",
-        f"wrote {human_size(r['written_bytes'])} in {r['write_seconds']:g} s",
+        (
+            f"read-only on an existing dataset: {r['dataset']['large_files']} files of 4 MiB or more, "
+            f"{r['dataset']['small_files']} of 1 MiB or less; nothing written"
+            if r.get("read_only")
+            else f"wrote {human_size(r['written_bytes'])} in {r['write_seconds']:g} s"
+        ),
         f"sequential: {human_size(seq['bytes'])} read in {seq['seconds']:g} s = {seq['mb_s']:g} MB/s",
         f"random 4 KiB: {r4['ops']} reads in {r4['seconds']:g} s = {r4['iops']:g} IOPS, "
         f"p50 {r4['p50_ms']} ms, p99 {r4['p99_ms']} ms",
@@ -497,8 +554,10 @@ def read_pattern(
         f"({r128['mb_s']:g} MB/s), p50 {r128['p50_ms']} ms, p99 {r128['p99_ms']} ms",
         f"small files: {meta['files']} of {meta['created']} opened+read in {meta['seconds']:g} s = "
         f"{meta['files_s']:g} files/s",
-        _cleanup_evidence(r),
     ]
+    if not r.get("read_only"):
+        evidence.append(_cleanup_evidence(r))
+    no_small = meta["created"] == 0  # a dataset without small files: that pattern was not measured
     seq_need, seq_why = threshold(min_seq_mb_s, per_gpu_seq_mb_s, gpus, "MB/s")
     iops_need, iops_why = threshold(min_iops_4k, per_gpu_iops_4k, gpus, "IOPS")
     files_need, files_why = threshold(min_files_s, per_gpu_files_s, gpus, "files/s")
@@ -511,7 +570,7 @@ def read_pattern(
         problems.append(f"random 128 KiB reads {r128['iops']:g} IOPS, expected at least {min_iops_128k:g}")
     if max_p99_ms and (r4["p99_ms"] or 0) > max_p99_ms:
         problems.append(f"random 4 KiB read p99 latency {r4['p99_ms']} ms, expected at most {max_p99_ms:g} ms")
-    if files_need and meta["files_s"] < files_need:
+    if files_need and not no_small and meta["files_s"] < files_need:
         problems.append(
             f"small files {meta['files_s']:g} files/s, expected at least {files_need:g} files/s ({files_why})"
         )
@@ -523,7 +582,10 @@ def read_pattern(
     }
     figures = (
         f"{seq['mb_s']:g} MB/s sequential, {r4['iops']:g} IOPS 4 KiB (p99 {r4['p99_ms']} ms), "
-        f"{r128['iops']:g} IOPS 128 KiB, {meta['files_s']:g} files/s with {n} readers on {path}"
+        f"{r128['iops']:g} IOPS 128 KiB, "
+        + ("no small files to open" if no_small else f"{meta['files_s']:g} files/s")
+        + f" with {n} readers on {path}"
+        + (" (existing dataset, read-only)" if r.get("read_only") else "")
     )
     if problems:
         return fail(

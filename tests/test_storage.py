@@ -275,12 +275,39 @@ def test_per_gpu_thresholds_on_the_recorded_node(tmp_path: Path) -> None:
     fixture = tmp_path / "node"
     shutil.copytree(Path(__file__).parent.parent / "fixtures/storage-healthy", fixture)
     base = yaml.safe_load((fixture / "profile.yaml").read_text())["checks"]["storage.read_pattern"]
-    # recorded: 36819 IOPS at 4 KiB and 20897.4 files/s; the node has 8 GPUs (nvml record)
+    (cmd,) = [c for c in (fixture / "commands").iterdir() if '"mode": "read"' in (c / "stdout").read_text()]
+    recorded = json.loads((cmd / "stdout").read_text())  # the node has 8 GPUs (nvml record)
+    iops, files_s = recorded["rand_4k"]["iops"], recorded["meta"]["files_s"]
+    assert iops < 8 * 5000 and files_s < 30000 and files_s > 8 * 2000
     check = run_one(fixture, "storage.read_pattern", {**base, "per_gpu_iops_4k": 5000}, host="stor001")
     assert check["status"] == "fail"
-    want = "random 4 KiB reads 36819 IOPS, expected at least 40000 IOPS (5000 IOPS per GPU x 8 GPUs)"
+    want = f"random 4 KiB reads {iops:g} IOPS, expected at least 40000 IOPS (5000 IOPS per GPU x 8 GPUs)"
     assert check["summary"] == want
     check = run_one(fixture, "storage.read_pattern", {**base, "per_gpu_files_s": 2000}, host="stor001")
     assert (check["status"], check["data"]["gpus"]) == ("ok", 8)  # type: ignore[index]
     check = run_one(fixture, "storage.read_pattern", {**base, "min_files_s": 30000, "per_gpu_files_s": 2000}, "stor001")
-    assert check["summary"] == "small files 20897.4 files/s, expected at least 30000 files/s (30000 files/s)"
+    assert check["summary"] == f"small files {files_s:g} files/s, expected at least 30000 files/s (30000 files/s)"
+
+
+def test_existing_dataset_is_read_read_only(tmp_path: Path) -> None:
+    data = tmp_path / "dataset"
+    (data / "shards").mkdir(parents=True)
+    (data / "images").mkdir()
+    for i in range(3):
+        (data / "shards" / f"part-{i}.bin").write_bytes(bytes([i]) * (8 << 20))
+    for i in range(50):
+        (data / "images" / f"{i}.jpg").write_bytes(b"x" * 3000)
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in data.rglob("*")}
+    params = {"path": str(data), **SMALL, "dataset": True, "min_files_s": 1}
+    check = run_local(tmp_path, "storage.read_pattern", params)
+    assert check["status"] == "ok", check
+    assert str(check["summary"]).endswith("(existing dataset, read-only)")
+    assert "3 files of 4 MiB or more, 50 of 1 MiB or less; nothing written" in "\n".join(check["evidence"])  # type: ignore[arg-type]
+    assert check["data"]["measured"]["seq"]["bytes"] == 3 * (8 << 20)  # type: ignore[index]  # all 3, 2 readers
+    assert check["data"]["measured"]["meta"]["files"] == 50  # type: ignore[index]
+    assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in data.rglob("*")} == before
+    (data / "shards" / "part-0.bin").unlink()
+    for shard in (data / "shards").iterdir():
+        shard.unlink()
+    check = run_local(tmp_path, "storage.read_pattern", params)
+    assert check["status"] == "error" and "no file of 4 MiB or more under" in str(check["summary"])
