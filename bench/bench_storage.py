@@ -149,6 +149,10 @@ def main() -> int:
                 verdicts.append(f"{key}: {ratio:.2f} ({'within' if abs(ratio - 1) <= 0.15 else 'OUTSIDE'} +-15%)")
         else:
             rows.append(f"| {key} | {_fmt(mine)} | (no fio twin) | |")
+    per_round = "; ".join(
+        f"{key}: " + ", ".join(f"{m / t:.2f}" for m, t in zip(cc[key], fi[key], strict=True))
+        for key in ("seq MB/s", "rand 4 KiB IOPS", "rand 128 KiB IOPS")
+    )
     fstype = subprocess.run(["stat", "-f", "-c", "%T", str(args.dir)], capture_output=True, text=True).stdout.strip()
     text = f"""
 ## Storage read pattern: clustercheck vs fio
@@ -162,6 +166,9 @@ medians of {args.rounds} rounds, both in the same run. `python bench/bench_stora
 {chr(10).join(rows)}
 
 {"; ".join(verdicts)}
+
+Per round (clustercheck / fio, in run order; the spread is this disk's noise between runs):
+{per_round}
 """
     print(text)
     if args.markdown:
