@@ -494,14 +494,14 @@ def read_pattern(
     `readers` parallel readers (default: one per GPU from the nvml probe, else 4):
     (1) sequential reads in `seq_block` blocks, MB/s; (2) random 4 KiB and 128 KiB reads
     inside the files, IOPS and p50/p99 latency; (3) open+fstat+read+close of `meta_files`
-    small files, files/s. With `dataset: true`, `path` is an existing dataset read
-    read-only instead (nothing is written or created): its files of 4 MiB or more (up to
-    64) are read sequentially (up to `size` in all) and at random, and up to `meta_files`
-    of its files of 1 MiB or less are opened and read. The page cache is bypassed with O_DIRECT where the filesystem
-    supports it (and `o_direct` is true), else dropped with posix_fadvise(DONTNEED) after
-    fsync before each phase (tmpfs cannot drop it: its figures are memory speed); the
-    evidence says which. The
-    small files' dentries and inodes stay cached, so files/s is an upper bound. Everything
+    small files, files/s. With `dataset: true`, `path` is an existing dataset, read
+    read-only (nothing is written or created): its files of 4 MiB or more (up to 64) are
+    read sequentially (up to `size` in all) and at random, and up to `meta_files` of its
+    files of 1 MiB or less are opened and read. The page cache is bypassed with O_DIRECT
+    where the filesystem supports it (and `o_direct` is true), else dropped with
+    posix_fadvise(DONTNEED) before each phase; the evidence says which (tmpfs lives in
+    memory: its figures are memory speed either way). The small files' dentries and
+    inodes stay cached after they are written, so files/s is an upper bound. Everything
     runs within `budget` seconds (phases stop at their share of it, or when the random
     phases reach 20000 reads per reader) and the folder is removed on success, failure,
     timeout and SIGTERM. It refuses to run when the writes would leave less than
