@@ -403,3 +403,30 @@ Host via-command
     t = SSHTransport("via-command", ssh_config=str(config))
     assert t.run(["echo", "via command"], timeout=10).stdout == "via command\n"
     t.close()
+
+
+def test_read_many_fetches_several_files_in_one_session(node: SSHTransport, sshd: SSHServer, tmp_path: Path) -> None:
+    (tmp_path / "a").write_text("no newline at the end")
+    (tmp_path / "b").write_text("two\nlines\n")
+    (tmp_path / "empty").write_text("")
+    paths = [str(tmp_path / n) for n in ("a", "b", "empty", "absent")] + [str(tmp_path), "/proc/meminfo"]
+    got = node.read_many(paths, timeout=10)
+    assert got[str(tmp_path / "a")] == "no newline at the end"
+    assert got[str(tmp_path / "b")] == "two\nlines\n"
+    assert got[str(tmp_path / "empty")] == ""
+    assert got[str(tmp_path / "absent")] is None
+    assert str(tmp_path) not in got  # a directory: left for read() to report
+    assert got["/proc/meminfo"].startswith("MemTotal:")  # type: ignore[union-attr]
+
+
+def test_host_prefetch_serves_reads_and_keeps_their_evidence(node: SSHTransport) -> None:
+    from clustercheck import Host
+
+    host = Host(node)
+    host.prefetch(["/proc/sys/kernel/osrelease", "/proc/no-such-file", "/tmp/not-prefetched"])
+    before = node.run(["true"], timeout=10)  # the connection stays usable
+    assert before.ok
+    assert host.read("/proc/sys/kernel/osrelease").strip() == os.uname().release
+    with pytest.raises(FileNotFoundError):
+        host.read("/proc/no-such-file")
+    assert host.observations == ["read /proc/sys/kernel/osrelease (1 lines)", "read /proc/no-such-file: absent"]

@@ -16,6 +16,7 @@ evidence. `@fact` gathers a subsystem once per host per run.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import importlib
 import shlex
@@ -125,6 +126,7 @@ class Host:
         self.deadline: float | None = None  # monotonic time the running check must end by
         self.observations: list[str] = []  # of the running check; the runner resets it
         self.unreachable: str | None = None  # why, once the transport could not reach the node
+        self._prefetched: dict[str, str | None] = {}  # path -> text, None when absent
         self._facts: dict[str, tuple[Any, BaseException | None, list[str]]] = {}
 
     # -- primitives ---------------------------------------------------------------
@@ -148,8 +150,27 @@ class Host:
             raise HostError(self.name, f"`{result.command}` exited {result.exit_code}{hint}: {detail}")
         return result.stdout
 
+    def prefetch(self, paths: Sequence[str]) -> None:
+        """Read these files ahead in one round trip where the transport can (SSH `read_many`).
+
+        Only for files that never block (kernel pseudo-files, /etc): a batch stuck on one hung
+        file would delay all of them. Later read() calls of these paths use what was fetched.
+        """
+        read_many = getattr(self.transport, "read_many", None)
+        safe = [p for p in paths if p.startswith(("/proc/", "/sys/", "/etc/")) and p not in self._prefetched]
+        if read_many is None or len(safe) < 2:
+            return
+        self._prefetched.update(read_many(safe, timeout=self.command_timeout))
+
     def read(self, path: str, timeout: float | None = None) -> str:
         """Text of a file on the node; FileNotFoundError when it is absent."""
+        if path in self._prefetched:
+            text = self._prefetched[path]
+            if text is None:
+                self.observations.append(f"read {path}: absent")
+                raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+            self.observations.append(f"read {path} ({text.count(chr(10))} lines)")
+            return text
         try:
             text = self.transport.read(path, timeout=self._budget(timeout, "read " + path))
         except FileNotFoundError:

@@ -83,6 +83,18 @@ def run_one(host: Host, config: CheckConfig, *, debug: bool = False, deadline: f
     return CheckResult(config.id, status, summary, tuple(evidence), remedy, time.monotonic() - start, data)
 
 
+def _needed_files(profile: Profile) -> list[str]:
+    """The files the profile's checks say they read (`needs=["file /proc/meminfo"]`)."""
+    paths: list[str] = []
+    for config in profile.checks:
+        spec = registry.lookup(config.id)
+        for need in spec.needs if spec else ():
+            kind, _, path = need.partition(" ")
+            if kind == "file" and path.startswith("/") and not any(c in path for c in "<>*?[") and path not in paths:
+                paths.append(path)
+    return paths
+
+
 def run_profile(
     profile: Profile,
     transports: Sequence[Transport],
@@ -118,8 +130,9 @@ def run_profile(
                 if connect is not None:
                     try:  # before the checks, so the handshake does not eat the first check's budget
                         connect()
-                    except Unreachable as exc:
-                        host.unreachable = str(exc)
+                        host.prefetch(_needed_files(profile))
+                    except HostError as exc:
+                        host.unreachable = str(exc) if isinstance(exc, Unreachable) else None
                 run_checks(host, profile.checks, debug=debug, done=partial[i], host_timeout=host_timeout)
             finally:
                 with contextlib.suppress(Exception):

@@ -220,6 +220,42 @@ class SSHTransport:
         detail = detail.removeprefix("cat: ").removeprefix(f"{path}: ")
         raise HostError(self.host, f"cannot read {path}: {detail or f'cat exited {result.exit_code}'}")
 
+    def read_many(self, paths: Sequence[str], *, timeout: float) -> dict[str, str | None]:
+        """Several files in one command (one SSH session instead of one per file).
+
+        Returns {path: text, or None when absent}; a path it could not read either way
+        (permission denied, not a regular file) is left out, for read() to report.
+        """
+        mark = f"@@cc-{secrets.token_hex(6)}@@"
+        script = (
+            'for f; do if [ -f "$f" ] && [ -r "$f" ]; then printf "%s+ %s\\n" "$0" "$f"; cat -- "$f"; '
+            'printf "\\n%s-\\n" "$0"; elif [ ! -e "$f" ]; then printf "%s0 %s\\n" "$0" "$f"; fi; done'
+        )
+        result = self.run(["sh", "-c", script, mark, *paths], timeout=timeout)
+        if not result.ok:
+            return {}
+        found: dict[str, str | None] = {}
+        text = result.stdout
+        pos = 0
+        while True:
+            start = text.find(mark, pos)
+            if start < 0:
+                break
+            line_end = text.find("\n", start)
+            if line_end < 0:
+                break
+            kind, path = text[start + len(mark) : line_end][:1], text[start + len(mark) + 2 : line_end]
+            if kind == "0":
+                found[path] = None
+                pos = line_end + 1
+                continue
+            end = text.find(f"\n{mark}-\n", line_end + 1)
+            if kind != "+" or end < 0:
+                break
+            found[path] = text[line_end + 1 : end]
+            pos = end + len(mark) + 3
+        return found
+
     def probe(self, name: str, *, timeout: float) -> Any:
         return get_probe(name).remote(self, timeout)
 
