@@ -52,10 +52,12 @@ lint: venv
 # Three side-by-side benchmarks, each against the tool people use today:
 #   prolog path vs python -c pass and LBNL NHC (NHC=/path/to/sbin/nhc NHC_CFG_PREFIX=...),
 #   nccl-log on a generated multi-GB log vs grep -c (appends its section to RESULTS.md),
+#   storage read patterns vs fio on the same folder (apt-get install fio),
 #   fleet runs over SSH on 256 loopback nodes vs clush and pdsh (apt-get install clustershell pdsh).
 bench: venv system-deps
 	$(VENV)/bin/python bench/bench.py --markdown bench/RESULTS.md $(BENCH_ARGS)
 	$(VENV)/bin/python bench/bench_nccl.py --markdown bench/RESULTS.md $(NCCL_BENCH_ARGS)
+	$(VENV)/bin/python bench/bench_storage.py --size 2048 --rounds 4 --budget 20 --markdown bench/RESULTS.md
 	$(VENV)/bin/python bench/bench_fleet.py --markdown bench/FLEET.md $(BENCH_FLEET_ARGS)
 
 clean:
