@@ -1,9 +1,10 @@
-"""Basic node checks that work on any Linux node: kernel, memory, CPUs, mounts, services, modules.
+"""Basic node checks that work on any Linux node: kernel, memory, CPUs, services, modules.
+
+The mount table (`mount_table`, `parse_mounts`) lives here too; storage.mounts judges it.
 
 Reads: /proc/sys/kernel/osrelease, /proc/sys/kernel/tainted, /proc/meminfo,
 /sys/devices/system/cpu/{online,present}, cpufreq scaling governors (grep), /proc/mounts,
-/proc/modules. Runs: `stat -f` on required mount points (bounded: a hung NFS or Lustre
-server blocks it, and it is killed), `ps -e`, `systemctl is-active`. Nothing here writes.
+/proc/modules. Runs: `ps -e`, `systemctl is-active`. Nothing here writes.
 
 These checks are the model the others copy: gather with a `@fact` (one read or command
 per subsystem), parse with a pure `parse_*` function, judge in the check, and say what was
@@ -294,55 +295,6 @@ def parse_mounts(text: str) -> dict[str, dict[str, object]]:
 @fact
 def mount_table(host: Host) -> dict[str, dict[str, object]]:
     return parse_mounts(host.read("/proc/mounts"))
-
-
-@check(needs=["file /proc/mounts", "command stat"], timeout=30)
-def mounts(
-    host: Host, *, paths: tuple[str, ...], rw: bool = True, types: tuple[str, ...] = (), answer_within: float = 5.0
-) -> Result:
-    """Every path in `paths` is a mount point, of an allowed type, writable, and answering.
-
-    Why: a job whose dataset or checkpoint filesystem is missing fails late or, worse,
-    writes checkpoints into the node's root disk; a hung NFS or Lustre server makes every
-    process that touches the mount block in uninterruptible sleep.
-
-    How: looks each path up in /proc/mounts (type and `rw` option), then runs `stat -f` on
-    it with a hard limit of `answer_within` seconds: a mount that does not answer is a
-    failure, and the check itself never hangs.
-
-    Fix: mount what is missing (`mount PATH`, check /etc/fstab or the automounter); for a
-    mount that does not answer, check the file server and the node's network, then
-    `umount -f -l PATH` and mount again.
-    """
-    table = mount_table(host)
-    problems, evidence = [], []
-    for path in paths:
-        entry = table.get(path.rstrip("/") or "/")
-        if entry is None:
-            problems.append(f"{path} is not mounted")
-            continue
-        evidence.append(f"{entry['source']} on {path} type {entry['type']} ({','.join(entry['options'])})")  # type: ignore[arg-type]
-        if types and entry["type"] not in types:
-            problems.append(f"{path} is {entry['type']}, expected {' or '.join(types)}")
-        if rw and "rw" not in entry["options"]:  # type: ignore[operator]
-            problems.append(f"{path} is mounted read-only, expected read-write")
-        answer = host.run("stat", "-f", "-c", "%T", path, timeout=answer_within)
-        if answer.timed_out:
-            problems.append(f"{path} did not answer stat within {answer_within:g} s")
-        elif answer.exit_code != 0:
-            problems.append(f"{path}: stat failed: {answer.stderr.strip() or 'exit ' + str(answer.exit_code)}")
-    data = {"paths": list(paths), "problems": problems}
-    if problems:
-        return fail(
-            "; ".join(problems),
-            remedy="Mount what is missing (`mount PATH`, /etc/fstab, the automounter); for a mount that does not "
-            "answer, check the file server and network, then `umount -f -l PATH` and remount.",
-            data=data,
-            evidence=evidence,
-        )
-    return ok(
-        f"{len(paths)} mounts present" + (", read-write" if rw else "") + " and answering", data=data, evidence=evidence
-    )
 
 
 # -- services -----------------------------------------------------------------------------

@@ -102,7 +102,7 @@ def test_junit_and_prometheus_written_atomically(tmp_path: Path) -> None:
     prom = tmp_path / "clustercheck.prom"
     assert cli("run", "--replay", str(DEMO), "--profile", SITE, "-f", "prometheus", "-o", str(prom)).returncode == 2
     text = prom.read_text()
-    assert 'clustercheck_check_status{host="gpu003",check="node.mounts",status="fail"} 1' in text
+    assert 'clustercheck_check_status{host="gpu003",check="storage.mounts",status="fail"} 1' in text
     assert sorted(os.listdir(tmp_path)) == ["clustercheck.prom", "report.xml"]  # no temp files left
 
 
@@ -110,7 +110,10 @@ def test_table_verbose_shows_evidence_and_remedy() -> None:
     proc = cli("run", "--replay", str(DEMO / "gpu003"), "--profile", SITE, "-v")
     assert "/scratch did not answer stat within 5 s" in proc.stdout
     assert "$ stat -f -c %T /scratch  (timed out after 5.0 s)" in proc.stdout
-    assert "umount -f -l" in proc.stdout
+    assert "remedy: Mount what is missing" in proc.stdout
+    as_json = cli("run", "--replay", str(DEMO / "gpu003"), "--profile", SITE, "-f", "json")
+    (host,) = json.loads(as_json.stdout)["hosts"].values()
+    assert "umount -f -l" in next(c["remedy"] for c in host["checks"] if c["id"] == "storage.mounts")
 
 
 def test_profile_defaults_to_the_fixtures_recorded_one() -> None:
@@ -121,12 +124,12 @@ def test_profile_defaults_to_the_fixtures_recorded_one() -> None:
 def test_checks_lists_every_check_with_parameters() -> None:
     proc = cli("checks", "--format", "json")
     checks = {c["id"]: c for c in json.loads(proc.stdout)}
-    assert {"node.kernel", "node.memory", "node.cpu", "node.mounts", "node.services", "node.modules"} <= set(checks)
+    assert {"node.kernel", "node.memory", "node.cpu", "storage.mounts", "node.services", "node.modules"} <= set(checks)
     memory = checks["node.memory"]
     assert memory["needs"] == ["file /proc/meminfo"]
     assert {"name": "min_total", "type": "size like 512GiB", "required": True, "default": None} in memory["params"]
     table = cli("checks")
-    assert "node.mounts" in table.stdout
+    assert "storage.mounts" in table.stdout
 
 
 def test_explain() -> None:

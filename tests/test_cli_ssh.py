@@ -14,7 +14,7 @@ SITE = str(DEMO / "site-profile.yaml")
 
 def test_run_over_ssh_matches_local(sshd: SSHServer, tmp_path: Path) -> None:
     profile = tmp_path / "p.yaml"
-    profile.write_text("extends: base\nchecks:\n  node.mounts: {paths: [/], rw: false}\n")
+    profile.write_text("extends: base\nchecks:\n  storage.mounts: {paths: [/], rw: false}\n")
     remote = cli("run", "--ssh", sshd.alias, "--ssh-config", str(sshd.ssh_config), "-p", str(profile), "-f", "json")
     local = cli("run", "--local", "-p", str(profile), "-f", "json")
     assert "Traceback" not in remote.stderr

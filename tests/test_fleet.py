@@ -43,7 +43,7 @@ def test_groups_fold_hosts_and_drift_names_the_odd_node() -> None:
 
 def test_stragglers_are_far_slower_than_the_median() -> None:
     def host(name: str, seconds: float) -> HostReport:
-        return HostReport(name, (CheckResult("node.mounts", Status.OK, "", duration_s=seconds),))
+        return HostReport(name, (CheckResult("storage.mounts", Status.OK, "", duration_s=seconds),))
 
     fleet = summarize(Report("t", "p", tuple([host(f"n{i}", 0.5) for i in range(8)] + [host("slow", 9.0)])))
     assert [s.host for s in fleet.stragglers] == ["slow"]
@@ -62,7 +62,7 @@ def test_report_merges_jsonl_json_and_folders(tmp_path: Path) -> None:
     assert sorted(doc["hosts"]) == [f"gpu{i:03d}" for i in range(1, 14)]
     assert doc["summary"] == json.loads(_demo_report("json"))["summary"]
     groups = {(g["check"], g["status"]): g["hosts"] for g in doc["fleet"]["groups"]}
-    assert groups[("node.mounts", "fail")] == "gpu003"
+    assert groups[("storage.mounts", "fail")] == "gpu003"
     assert doc["fleet"]["hosts"]["ok"] == {"count": 1, "hosts": "gpu001"}
     # a json report is an input too, and the later input wins for a host it repeats
     (tmp_path / "c.json").write_text(_demo_report("json"))
@@ -91,7 +91,7 @@ def test_multi_host_table_lists_hosts_by_status_and_groups_problems() -> None:
     assert "ok 1 host: gpu001" in out
     assert "fail 10 hosts: gpu[002-006,008,010-013]" in out
     assert "gpu001 ok" not in out  # no per-host tables in the fleet view (-v shows them)
-    assert re.search(r"fail\s+node\.mounts\s+gpu003 \(1\)\s+/scratch did not answer stat within 5 s", out)
+    assert re.search(r"fail\s+storage\.mounts\s+gpu003 \(1\)\s+/scratch did not answer stat within 5 s", out)
     assert re.search(r"cpus online\s+2 \(12 hosts\)\s+1 on gpu006", out)
 
 

@@ -107,14 +107,14 @@ def run_one(fixture: Path, check_id: str, params: dict[str, object]) -> dict[str
 def test_mounts_read_only_and_wrong_type(tmp_path: Path) -> None:
     mounts = (GPU001 / "files/proc/mounts").read_text().replace("/scratch nfs4 rw,", "/scratch nfs4 ro,")
     fixture = variant(tmp_path, {"files/proc/mounts": mounts})
-    check = run_one(fixture, "node.mounts", {"paths": ["/scratch"], "types": ["lustre"]})
+    check = run_one(fixture, "storage.mounts", {"paths": ["/scratch"], "types": ["lustre"]})
     assert check["status"] == "fail"
     assert check["summary"] == "/scratch is nfs4, expected lustre; /scratch is mounted read-only, expected read-write"
-    assert run_one(fixture, "node.mounts", {"paths": ["/scratch"], "rw": False})["status"] == "ok"
+    assert run_one(fixture, "storage.mounts", {"paths": ["/scratch"], "rw": False})["status"] == "ok"
 
 
 def test_mounts_missing(tmp_path: Path) -> None:
-    check = run_one(variant(tmp_path, {}), "node.mounts", {"paths": ["/lustre"]})
+    check = run_one(variant(tmp_path, {}), "storage.mounts", {"paths": ["/lustre"]})
     assert (check["status"], check["summary"]) == ("fail", "/lustre is not mounted")
 
 

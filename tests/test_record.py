@@ -20,7 +20,7 @@ def _results(proc: subprocess.CompletedProcess[str]) -> list[tuple[str, str, str
 def test_record_local_then_replay_gives_the_same_results(tmp_path: Path) -> None:
     profile = tmp_path / "p.yaml"
     profile.write_text(
-        "extends: base\nchecks:\n  node.mounts: {paths: [/], rw: false}\n  node.modules: {absent: [nouveau]}\n"
+        "extends: base\nchecks:\n  storage.mounts: {paths: [/], rw: false}\n  node.modules: {absent: [nouveau]}\n"
     )
     out = tmp_path / "fx"
     rec = cli("record", "--profile", str(profile), "--local", "--out", str(out), "--note", "this test machine")
