@@ -26,6 +26,9 @@ demo: venv
 	@echo; echo "== 3. Monitoring: would Prometheus see these nodes' GPUs? (fixtures/monitoring-*)"
 	@$(CC) run --replay fixtures/monitoring-healthy --replay fixtures/monitoring-exporter-down \
 	  --replay fixtures/monitoring-gpu-missing --replay fixtures/monitoring-no-xid; test $$? -le 3
+	@echo; echo "== 4. Storage: mount options, a hung mount, shard reads and checkpoint writes (fixtures/storage-*)"
+	@for f in storage-healthy storage-nfs-64k storage-hung-mount storage-slow-shared-fs storage-checkpoint-budget; do \
+	  $(CC) run --replay fixtures/$$f; test $$? -le 3 || exit 1; done
 	@echo; echo "Exit codes: 0 ok, 1 warn, 2 fail, 3 error. The demo nodes are broken on purpose."
 	@echo "Add -v for evidence and remedies; --format json|jsonl|junit|prometheus|html for machines."
 
