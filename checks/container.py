@@ -14,7 +14,7 @@ Because the probe goes through the host API like any command, `clustercheck reco
 captures it and replay is strict.
 """
 
-# Sources: ../shared/reference/domain-facts.md §E.1 (Apptainer `mount dev`, --contain), §E.2
+# Sources: docs/domain-facts.md §E.1 (Apptainer `mount dev`, --contain), §E.2
 # (Enroot /dev handling, ENROOT_RESTRICT_DEV, 99-mellanox.sh), NVIDIA/enroot enroot.in (how
 # enroot.conf values are read and which count as false).
 

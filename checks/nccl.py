@@ -11,7 +11,7 @@ and `grep -c` counts: a multi-GB job log never crosses the network whole. Runs: 
 it out of prolog profiles. Nothing here writes.
 """
 
-# Sources: ../shared/reference/domain-facts.md §C.1-C.2 (log prefix and transport lines, how
+# Sources: docs/domain-facts.md §C.1-C.2 (log prefix and transport lines, how
 # they changed across NCCL versions), §C.4 (GPUDirect RDMA), §C.5 (missing RDMA devices).
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ its id may move to `nccl.env`.
 The in-image probe (`PROBE_SCRIPT`, `image_probe`) is shared with container.py.
 """
 
-# Sources: ../shared/reference/domain-facts.md §F (sysfs formats), §C.2/§C.5 (what NCCL logs
+# Sources: docs/domain-facts.md §F (sysfs formats), §C.2/§C.5 (what NCCL logs
 # when RDMA is missing), §C.3 (NCCL variables and the NCCL_IB_HCA syntax).
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A real Slurm cluster on loopback for the tests: munged, slurmctld and one slurmd per node.
 
 Debian's slurm-wlm and munge (.ci/run installs them), run as root from a temporary folder
-(../shared/reference/loopback-testing.md): munged with its own key and socket, a generated
+(docs/loopback-testing.md): munged with its own key and socket, a generated
 slurm.conf with a port and a spool folder per node, every node at NodeAddr=127.0.0.1. Its
 `Prolog=` runs `clustercheck prolog --replay <the fixture linked for that node>` and its
 `HealthCheckProgram=` runs `clustercheck health` the same way, so a test switches a node between

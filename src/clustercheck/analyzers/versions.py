@@ -2,7 +2,7 @@
 
 Host-free and pure: `stack.cuda_compat` feeds it the image's CUDA version and the host's
 driver; tests cover the tables row by row. Every row names its source; the sources are
-summarized in ../shared/reference/domain-facts.md §A:
+summarized in docs/domain-facts.md §A:
 
 - Table 3 of the CUDA release notes, "CUDA Toolkit and Corresponding Driver Versions"
   (CUDA 13.2 Update 2 notes; rows up to 13.1 identical in the 13.1 notes):
