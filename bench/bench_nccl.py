@@ -2,7 +2,7 @@
 """Speed and memory of `clustercheck nccl-log` on a large multi-rank log, beside `grep -c NCCL`.
 
 Generates, in a temporary folder, the output of a 1,024-rank job (128 hosts x 8 GPUs) from
-real corpus lines: the node log of a 2-node RoCE job (../shared/corpus/nccl_logs/
+real corpus lines: the node log of a 2-node RoCE job (tests/corpus/nccl_logs/
 slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt, NCCL 2.27.5) is split into its
 per-process part (printed once per rank) and its per-communicator part (printed again for
 every communicator the job creates); every host gets its own copy with its name, the hosts'
@@ -46,7 +46,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-CORPUS = REPO.parent / "shared" / "corpus" / "nccl_logs"
+CORPUS = REPO / "tests" / "corpus" / "nccl_logs"
 TEMPLATE = CORPUS / "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt"
 TRAINING = CORPUS / "slurmv4-roce-9hca-nccl2.29.3-sglang-node.txt"
 TEMPLATE_HOST = b"tpgds-aihub0008"

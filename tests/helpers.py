@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
 DEMO = FIXTURES / "demo-cluster"
-CORPUS = REPO.parent / "shared" / "corpus"
+CORPUS = REPO / "tests" / "corpus"  # real artifacts with their sources: tests/corpus/MANIFEST.md
 
 
 def cli(

@@ -1,5 +1,5 @@
 """Real HTTP servers on 127.0.0.1 for the monitoring tests, serving dcgm-exporter pages
-built from the real samples in ../shared/corpus/dcgm_exporter.
+built from the real samples in tests/corpus/dcgm_exporter.
 
 A page is what dcgm-exporter writes: per field of its default counters file, `# HELP` and
 `# TYPE`, then one line per GPU with the label set of a current exporter (gpu, UUID,
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "dcgm_exporter"
+CORPUS_DIR = Path(__file__).resolve().parent / "corpus" / "dcgm_exporter"
 MIG_A100 = CORPUS_DIR / "nvidia-docs-dcgm-exporter-mig-a100-sample.prom.txt"
 V100 = CORPUS_DIR / "dcgm-exporter-issue250-v100-excerpt.prom.txt"
 MIXED_MIG = CORPUS_DIR / "dcgm-exporter-issue736-mixed-rtx2000ada-a30mig-excerpt.prom.txt"
