@@ -516,6 +516,63 @@ def test_check_dirs_site_module_calling_exit(write: Any) -> None:
     assert problem == f"{broken}:2: the check module failed to load: SystemExit: 3"
 
 
+# -- a profile that came with a fixture loads no code (issue 13 item 5) ---------------------
+
+
+def untrusted_problems(path: Path) -> list[str]:
+    with pytest.raises(ProfileError) as info:
+        profile.load(str(path), allow_code=False)
+    return info.value.problems
+
+
+def test_untrusted_profile_refuses_check_dirs_and_imports_nothing(write: Any, tmp_path: Path) -> None:
+    marker = tmp_path / "imported"
+    site_module(write, "site-checks", "lab_untrusted", f"open({str(marker)!r}, 'w').close()\n")
+    path = write("site.yaml", "name: site\ncheck_dirs: [site-checks]\nchecks: {node.cpu: }\n")
+    (problem,) = untrusted_problems(path)
+    assert problem.startswith(f"{path}:2: check_dirs names site check folders (Python code)")
+    assert "--profile PROFILE" in problem and profile.TRUST_FLAG in problem
+    assert not marker.exists()
+    assert check(profile.load(str(path)), "node.cpu")  # trusted (the default): it loads
+    assert marker.exists()
+
+
+def test_untrusted_profile_refuses_check_dirs_of_a_non_bundled_parent(write: Any, tmp_path: Path) -> None:
+    write("parent.yaml", "check_dirs: [site-checks]\nchecks: {node.cpu: }\n")
+    path = write("child.yaml", "extends: parent.yaml\nchecks: {}\n")
+    (problem,) = untrusted_problems(path)
+    assert problem.startswith(f"{path}:1: extends 'parent.yaml' is not a bundled profile (base, ")
+
+
+@pytest.mark.parametrize("ref", ["./gpu-node.yaml", "/etc/passwd", "../x/base.yaml", "gpu-node.yaml"])
+def test_untrusted_profile_extends_only_bundled_names(write: Any, ref: str) -> None:
+    write("gpu-node.yaml", "checks: {node.cpu: }\n")
+    path = write("child.yaml", f"# site\nextends: {ref}\nchecks: {{}}\n")
+    (problem,) = untrusted_problems(path)
+    assert problem.startswith(f"{path}:2: extends {ref!r} is not a bundled profile")
+
+
+def test_untrusted_profile_extends_the_bundled_one_not_a_same_named_file_beside_it(write: Any) -> None:
+    write("gpu-node", "check_dirs: [x]\nchecks: {node.cpu: }\n")  # resolve() would pick this first
+    path = write("child.yaml", "extends: gpu-node\nchecks: {node.cpu: {expected: 2}}\n")
+    prof = profile.load(str(path), allow_code=False)
+    assert check(prof, "node.cpu").params["expected"] == 2
+    assert {c.id for c in prof.checks} >= {c.id for c in profile.load("gpu-node").checks}
+    assert prof.check_dirs == ()
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_profiles_load_untrusted(name: str) -> None:
+    assert profile.load(name, allow_code=False).checks == profile.load(name).checks
+
+
+def test_untrusted_profile_still_takes_the_users_checks_folders(write: Any, tmp_path: Path) -> None:
+    site_module(write, "mine", "lab_users_own")
+    path = write("site.yaml", "checks: {lab_users_own.gpus: }\n")
+    prof = profile.load(str(path), extra_check_dirs=(tmp_path / "mine",), allow_code=False)
+    assert check(prof, "lab_users_own.gpus")
+
+
 # -- CLI -----------------------------------------------------------------------------------
 
 BAD = """\

@@ -129,11 +129,20 @@ def resolve(ref: str, relative_to: Path | None = None) -> Path:
     raise UsageError(f"profile {ref!r} not found: give a YAML file's path or a bundled profile ({names})")
 
 
-def load(ref: str, *, extra_check_dirs: tuple[Path, ...] = ()) -> Profile:
-    """Load, merge (extends) and validate a profile; raise ProfileError listing every problem."""
+TRUST_FLAG = "--trust-fixture-code"
+
+
+def load(ref: str, *, extra_check_dirs: tuple[Path, ...] = (), allow_code: bool = True) -> Profile:
+    """Load, merge (extends) and validate a profile; raise ProfileError listing every problem.
+
+    allow_code=False is for a profile that came with a fixture (data people send each other):
+    outside the bundled profiles it may neither name `check_dirs:` (Python that would be
+    imported, as root in a prolog) nor `extends:` anything but a bundled profile's name.
+    `extra_check_dirs` (--checks) are the user's own choice and always load.
+    """
     path = resolve(ref)
     problems: list[str] = []
-    chain = _Chain()
+    chain = _Chain(allow_code=allow_code)
     raw_checks, name, description = _load_chain(path, problems, chain, seen=())
     dirs: list[Path] = []
     for d, where in [*((d, "--checks") for d in extra_check_dirs), *chain.dirs]:
@@ -178,6 +187,30 @@ class _Chain:
 
     dirs: list[tuple[Path, str]] = field(default_factory=list)
     dropped: list[tuple[str, str]] = field(default_factory=list)
+    allow_code: bool = True
+
+
+def _is_bundled(path: Path) -> bool:
+    try:
+        return path.resolve().parent == bundled_dir().resolve()
+    except (OSError, ValueError, RuntimeError):  # a symlink loop, a name too long
+        return False
+
+
+def _untrusted(what: str) -> str:
+    return (
+        f"{what}, and this profile came with the replayed fixture (fixtures are data: they load no code); "
+        f"choose the profile yourself with --profile PROFILE, or pass {TRUST_FLAG} if you trust "
+        "whoever made the fixture"
+    )
+
+
+def _bundled_only(ref: str) -> Path:
+    """A bundled profile by its bare name, never a same-named file beside an untrusted profile."""
+    names = [p.stem for p in bundled_profiles()]
+    if ref not in names:
+        raise UsageError(_untrusted(f"extends {ref!r} is not a bundled profile ({', '.join(names)})"))
+    return bundled_dir() / f"{ref}.yaml"
 
 
 def _load_chain(
@@ -213,8 +246,11 @@ def _load_chain(
             problems.append(f"{where}: extends must be a profile name or path")
         else:
             try:
-                parent_path = resolve(parent, relative_to=path.parent)
-            except UsageError as exc:
+                if chain.allow_code or _is_bundled(path):
+                    parent_path = resolve(parent, relative_to=path.parent)
+                else:
+                    parent_path = _bundled_only(parent)
+            except (UsageError, OSError, ValueError) as exc:
                 problems.append(f"{where}: {exc}")
             else:
                 raw, _, parent_description = _load_chain(parent_path, problems, chain, seen, via=where)
@@ -224,6 +260,8 @@ def _load_chain(
     where = at(doc.key_lines.get("check_dirs", doc.line))
     if not (isinstance(check_dirs, list) and all(isinstance(d, str) for d in check_dirs)):
         problems.append(f"{where}: check_dirs must be a list of folders")
+    elif check_dirs and not (chain.allow_code or _is_bundled(path)):
+        problems.append(f"{where}: " + _untrusted("check_dirs names site check folders (Python code)"))
     else:
         chain.dirs.extend((path.parent / d, where) for d in check_dirs)
 
