@@ -1,14 +1,14 @@
-"""CUDA <-> driver rules: NVIDIA's tables row by row (against the sourced domain facts), and
-the verdicts they give."""
+"""CUDA <-> driver rules: NVIDIA's tables row by row (against the release-notes rows kept with
+their sources in tests/corpus/cuda/), and the verdicts they give."""
 
 from __future__ import annotations
 
-import re
+import csv
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.helpers import REPO
+from tests.helpers import CORPUS
 
 from clustercheck.analyzers.versions import (
     FORWARD_COMPAT,
@@ -25,13 +25,18 @@ from clustercheck.analyzers.versions import (
 )
 from clustercheck.result import Status
 
-FACTS = REPO.parent / "shared" / "reference" / "domain-facts.md"
+# NVIDIA's tables as published, one row per line, each naming its source (tests/corpus/MANIFEST.md).
+TABLES = CORPUS / "cuda" / "toolkit-driver-versions.csv"
+MATRIX = CORPUS / "cuda" / "forward-compat-matrix.csv"
 
 
-def facts_table3() -> dict[str, str]:
-    """§A.1 of the domain facts: {"12.4 Update 1": "550.54.15", ...} (Linux x86_64 column)."""
-    text = FACTS.read_text().split("### A.1", 1)[1].split("### A.2", 1)[0]
-    return dict(re.findall(r"^\| ([0-9][^|]*?) \| >= ([0-9.]+) \|", text, re.M))
+def published(table: str) -> dict[str, str]:
+    """{"12.4 Update 1": "550.54.15", ...}: the Linux x86_64 column of one of NVIDIA's tables."""
+    with TABLES.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["table"] == table]
+    assert rows and all(r["source"].count("https://docs.nvidia.com/") >= 1 for r in rows), table
+    assert all(r["linux_x86_64_driver"].startswith(">= ") for r in rows)
+    return {r["cuda_toolkit"]: r["linux_x86_64_driver"].removeprefix(">= ") for r in rows}
 
 
 def below(driver: str) -> str:
@@ -45,16 +50,14 @@ def below(driver: str) -> str:
 
 
 def test_table3_matches_the_release_notes_row_by_row() -> None:
-    expected = facts_table3()
+    expected = published("release-notes-table-3")
     assert len(expected) == 53
     ours = {row.release: row.driver for row in TOOLKIT_DRIVERS if "Table 3" in row.source}
     assert ours == expected
     # and before CUDA 11, the compatibility guide's Table 2 (no minor-version compatibility)
-    assert {r.cuda: r.driver for r in TOOLKIT_DRIVERS if "Table 2" in r.source} == {
-        "10.2.0": "440.33",
-        "10.1.0": "418.39",
-        "10.0.0": "410.48",
-    }
+    guide = published("compatibility-guide-table-2")
+    assert {r.release: r.driver for r in TOOLKIT_DRIVERS if "Table 2" in r.source} == guide
+    assert {r.cuda for r in TOOLKIT_DRIVERS if "Table 2" in r.source} == {f"{v}.0" for v in guide}
 
 
 @pytest.mark.parametrize("row", TOOLKIT_DRIVERS, ids=lambda r: r.cuda)
@@ -86,7 +89,28 @@ def test_each_major_floor(major: int) -> None:
 
 
 def test_floors_are_the_sourced_ones() -> None:
-    assert {m: f for m, (f, _) in MINOR_COMPAT_FLOOR.items()} == {13: "580.65.06", 12: "525.60.13", 11: "450.80.02"}
+    floors = {m: f for m, (f, _) in MINOR_COMPAT_FLOOR.items()}
+    assert floors == {13: "580.65.06", 12: "525.60.13", 11: "450.80.02"}
+    # Table 2 gives the branch (">= 525"); the patch level is the major's GA driver in Table 3
+    # (13.x, 12.x) or the footnote's Tesla Recommended Driver (11.x)
+    branches = published("release-notes-table-2")
+    assert {int(k.split(".")[0]): v for k, v in branches.items()} == {m: f.split(".")[0] for m, f in floors.items()}
+    table3 = published("release-notes-table-3")
+    footnote = published("release-notes-table-2-footnote")
+    assert floors == {13: table3["13.0 GA"], 12: table3["12.0 GA"], 11: footnote["11.x"]}
+
+
+def test_forward_compat_matrix_is_the_guides() -> None:
+    with MATRIX.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert all("forward-compatibility.html" in r["source"] for r in rows)
+    published_matrix = {
+        tuple(int(n) for n in r["package"].removeprefix("cuda-compat-").split("-")): tuple(
+            int(b) for b in r["compatible_driver_branches"].split()
+        )
+        for r in rows
+    }
+    assert published_matrix == FORWARD_COMPAT
 
 
 def test_the_issue_example_word_for_word() -> None:

@@ -1,8 +1,10 @@
 """CUDA toolkit <-> NVIDIA driver compatibility: NVIDIA's tables and the rules that judge them.
 
 Host-free and pure: `stack.cuda_compat` feeds it the image's CUDA version and the host's
-driver; tests cover the tables row by row. Every row names its source; the sources are
-summarized in docs/domain-facts.md §A:
+driver. Every row names its source; the sources are summarized in docs/domain-facts.md §A.
+NVIDIA's rows as published, each with its source, are kept in the repository as data
+(tests/corpus/cuda/toolkit-driver-versions.csv and forward-compat-matrix.csv), and
+tests/test_versions.py checks the tables below against them row by row:
 
 - Table 3 of the CUDA release notes, "CUDA Toolkit and Corresponding Driver Versions"
   (CUDA 13.2 Update 2 notes; rows up to 13.1 identical in the 13.1 notes):
