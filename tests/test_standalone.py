@@ -18,6 +18,8 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 
 # Spelled in two parts so that this file does not name them itself.
 OUTSIDE = ("../" + "shared", "/" + "work/")
+# ...and the same sibling folder built in code from REPO.parent or parents[N]
+SIBLING = re.compile(r"""\.parents?(?:\[\d+\])?\s*/\s*["']""" + "shared" + r"""["']""")
 
 
 def tracked() -> list[Path]:
@@ -40,6 +42,7 @@ def test_no_tracked_file_names_a_path_outside_the_repository() -> None:
     for path in tracked():
         text = path.read_bytes().decode("utf-8", errors="replace")
         offenders += [f"{path.relative_to(REPO)}: {word}" for word in OUTSIDE if word in text]
+        offenders += [f"{path.relative_to(REPO)}: {m.group(0)}" for m in SIBLING.finditer(text)]
         # the repository's own absolute path: a file that names it works only in this checkout
         if len(REPO.parts) > 2 and f"{REPO}/" in text:
             offenders.append(f"{path.relative_to(REPO)}: {REPO}")
@@ -50,8 +53,8 @@ def test_no_tracked_file_names_this_machines_home_folder() -> None:
     home = str(Path.home()).rstrip("/")
     if home in ("", "/"):
         pytest.skip("this machine has no home folder to look for")
-    # /root as a path, not `redop/root`; recordings and corpus logs are real outputs of other
-    # machines (a container's HOME=/root, a training log's /root/.cache) and may name theirs
+    # the home folder as a path, not as the tail of `redop/root`; recordings and corpus logs are
+    # real outputs of other machines (a container's HOME, a training log's model cache) and may name theirs
     pattern = re.compile(r"(?<![\w./-])" + re.escape(home) + r"(?![\w.-])")
     offenders = [
         f"{path.relative_to(REPO)}: {m.group(0)}"
@@ -64,9 +67,10 @@ def test_no_tracked_file_names_this_machines_home_folder() -> None:
 
 
 def test_the_home_folder_check_would_see_one() -> None:
-    pattern = re.compile(r"(?<![\w./-])" + re.escape("/root") + r"(?![\w.-])")
-    assert pattern.search("see /root/.ssh/id_ed25519") and pattern.search("cd /root")
-    assert not pattern.search("with or without redop/root,") and not pattern.search("/rootfs")
+    home = "/" + "root"
+    pattern = re.compile(r"(?<![\w./-])" + re.escape(home) + r"(?![\w.-])")
+    assert pattern.search(f"see {home}/.ssh/id_ed25519") and pattern.search(f"cd {home}")
+    assert not pattern.search(f"with or without redop{home},") and not pattern.search(f"{home}fs")
 
 
 # -- the README's examples, as printed --------------------------------------------------------------
