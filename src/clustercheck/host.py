@@ -8,9 +8,14 @@ transport (local, SSH, replay of a fixture, recording):
 - `read(path)` -> text, `FileNotFoundError` when the file is absent on the node,
 - `probe(name)` -> JSON-able facts that only an in-process library sees (e.g. NVML).
 
-Every primitive is bounded by a timeout and by the running check's deadline, and
-every call leaves an observation (what was run or read) that becomes the check's
-evidence. `@fact` gathers a subsystem once per host per run.
+Every primitive is bounded by a timeout and by the running check's deadline, and by
+what it may bring back: one command's output or one file at most `output_limit()`
+(16 MiB unless CLUSTERCHECK_MAX_OUTPUT says otherwise), one host's answers in one run at
+most `host_output_limit()` (64 MiB, CLUSTERCHECK_MAX_HOST_OUTPUT). Past a cap the call
+raises `OutputTooLarge` (an `error` result naming the command or file and the cap), never
+a silently cut text that a check would judge as complete. Every call leaves an
+observation (what was run or read) that becomes the check's evidence. `@fact` gathers a
+subsystem once per host per run.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import contextlib
 import errno
 import functools
 import importlib
+import os
+import re
 import shlex
 import threading
 import time
@@ -32,6 +39,46 @@ T = TypeVar("T")
 
 #: Default time budget of one command, file read or probe, in seconds.
 DEFAULT_COMMAND_TIMEOUT = 10.0
+
+#: Default caps, in bytes: one command's stdout and stderr together (or one file), and all a
+#: host answers in one run. The environment variables CLUSTERCHECK_MAX_OUTPUT and
+#: CLUSTERCHECK_MAX_HOST_OUTPUT override them (bytes, or with a K/M/G suffix: "64M").
+DEFAULT_OUTPUT_LIMIT = 16 * 1024 * 1024
+DEFAULT_HOST_OUTPUT_LIMIT = 64 * 1024 * 1024
+
+_SIZE_RE = re.compile(r"\s*(\d+)\s*([kmg]?)(?:i?b)?\s*", re.IGNORECASE)
+
+
+class OutputTooLarge(HostError):
+    """A command printed, a file held, or a host sent more than clustercheck keeps: the input
+    was cut, so it is not judged."""
+
+
+def _limit(variable: str, default: int) -> int:
+    value = os.environ.get(variable)
+    if not value:
+        return default
+    m = _SIZE_RE.fullmatch(value)
+    if m is None or int(m.group(1)) == 0:
+        raise HostError("clustercheck", f"{variable}={value!r} is not a size such as 16777216, 16M or 1G")
+    return int(m.group(1)) * int(1024 ** " kmg".index((m.group(2) or " ").lower()))
+
+
+def output_limit() -> int:
+    """The most bytes one command's output (stdout and stderr together) or one file may hold."""
+    return _limit("CLUSTERCHECK_MAX_OUTPUT", DEFAULT_OUTPUT_LIMIT)
+
+
+def host_output_limit() -> int:
+    """The most bytes one host's commands and files may bring back in one run, together."""
+    return _limit("CLUSTERCHECK_MAX_HOST_OUTPUT", DEFAULT_HOST_OUTPUT_LIMIT)
+
+
+def describe_size(n: int) -> str:
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size and n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"
 
 
 @dataclass(frozen=True)
@@ -128,11 +175,20 @@ class Host:
         self.unreachable: str | None = None  # why, once the transport could not reach the node
         self._prefetched: dict[str, str | None] = {}  # path -> text, None when absent
         self._facts: dict[str, tuple[Any, BaseException | None, list[str]]] = {}
+        self.received = 0  # bytes of command output and file text brought back in this run
 
     # -- primitives ---------------------------------------------------------------
     def run(self, *argv: str, timeout: float | None = None) -> CommandResult:
-        """Run a command; a non-zero exit or a timeout is in the result, not raised."""
-        result = self.transport.run(argv, timeout=self._budget(timeout, "run " + shlex.join(argv)))
+        """Run a command; a non-zero exit or a timeout is in the result, not raised.
+
+        OutputTooLarge (an error) when it printed more than the cap: its output is not judged."""
+        self._refuse_if_over(shlex.join(argv))
+        try:
+            result = self.transport.run(argv, timeout=self._budget(timeout, "run " + shlex.join(argv)))
+        except OutputTooLarge as exc:
+            self.observations.append(f"$ {shlex.join(argv)}  (output cut: {exc})")
+            raise
+        self._count(len(result.stdout) + len(result.stderr), shlex.join(argv))
         line = result.describe()
         if not result.ok and result.stderr.strip():
             line += "  stderr: " + _first_line(result.stderr)
@@ -160,7 +216,12 @@ class Host:
         safe = [p for p in paths if p.startswith(("/proc/", "/sys/", "/etc/")) and p not in self._prefetched]
         if read_many is None or len(safe) < 2:
             return
-        self._prefetched.update(read_many(safe, timeout=self.command_timeout))
+        try:
+            got = read_many(safe, timeout=self.command_timeout)
+        except OutputTooLarge:
+            return  # each read() then meets the cap on its own, and says which file it was
+        self._count(sum(len(t) for t in got.values() if t), "reading " + ", ".join(safe))
+        self._prefetched.update(got)
 
     def read(self, path: str, timeout: float | None = None) -> str:
         """Text of a file on the node; FileNotFoundError when it is absent."""
@@ -171,11 +232,16 @@ class Host:
                 raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
             self.observations.append(f"read {path} ({text.count(chr(10))} lines)")
             return text
+        self._refuse_if_over("read " + path)
         try:
             text = self.transport.read(path, timeout=self._budget(timeout, "read " + path))
         except FileNotFoundError:
             self.observations.append(f"read {path}: absent")
             raise
+        except OutputTooLarge as exc:
+            self.observations.append(f"read {path}: cut ({exc})")
+            raise
+        self._count(len(text), "reading " + path)
         self.observations.append(f"read {path} ({text.count(chr(10))} lines)")
         return text
 
@@ -210,6 +276,19 @@ class Host:
         if error is not None:
             raise error
         return value  # type: ignore[no-any-return]
+
+    def _count(self, size: int, what: str) -> None:
+        self.received += size
+        self._refuse_if_over(what)
+
+    def _refuse_if_over(self, what: str) -> None:
+        limit = host_output_limit()
+        if self.received > limit:
+            raise OutputTooLarge(
+                self.name,
+                f"{self.name} sent more than {describe_size(limit)} in this run (clustercheck's cap per host, "
+                f"CLUSTERCHECK_MAX_HOST_OUTPUT), so `{what}` and what follows are not judged",
+            )
 
     def _budget(self, timeout: float | None, what: str) -> float:
         budget = self.command_timeout if timeout is None else timeout

@@ -160,9 +160,9 @@ def run_profile(
             if i in finished:
                 hosts.append(finished[i])
                 continue
-            with contextlib.suppress(Exception):  # stop what it still runs (kills local commands)
+            got = list(partial[i])  # before close(): what a check says after it is not its report
+            with contextlib.suppress(Exception):  # stop what it still runs; it starts nothing after
                 transport.close()
-            got = list(partial[i])
             seen = {c.id for c in got}
             why = f"not finished: the run's --timeout of {timeout:g} s expired"
             got += [CheckResult(c.id, Status.ERROR, why) for c in profile.checks if c.id not in seen]

@@ -1,27 +1,94 @@
 """The local node: subprocesses with hard timeouts, real file reads, in-process probes.
 
-Commands start in a new session with LC_ALL=C (parsers expect C-locale output) and on
-timeout the whole process group is killed, plus any descendant that left it (psutil).
-A command stuck in uninterruptible sleep (a hung NFS server) cannot be reaped: it is
-abandoned, and the result says it timed out. File reads outside /proc and /sys run in a
-helper thread for the same reason: a read on a dead mount blocks forever.
+Commands run with LC_ALL=C (parsers expect C-locale output), stdin at EOF, and what they
+print capped (`host.OUTPUT_LIMIT`): a command that prints more is killed and the call
+raises `OutputTooLarge`, never a silently cut answer. A command stuck in uninterruptible
+sleep (a hung NFS server) cannot be reaped: it is abandoned, and the result says it timed
+out. File reads outside /proc and /sys run in a helper thread for the same reason: a read
+on a dead mount blocks forever.
+
+No process is left behind. Commands stay in clustercheck's own process group, so what
+stops clustercheck stops them too: slurmd's SIGTERM and SIGKILL to the prolog's process
+group at PrologEpilogTimeout, Ctrl-C in a terminal. Every command carries
+`CLUSTERCHECK_CMD=<clustercheck's pid>-<n>` in its environment, and so does everything it
+starts (a `setsid` daemon too, unless it clears its environment): on a timeout, on
+`close()` (the run's --timeout) and on SIGTERM, SIGHUP or SIGINT, the command and every
+process that carries its mark, or descends from it, are killed (`kill_children()`). After
+`close()` the transport starts nothing. Keeping commands in our process group costs
+nothing; the alternative backstop, PR_SET_PDEATHSIG through `preexec_fn`, costs about
+1.2 ms per command (0.66 -> 1.9 ms here), is unsafe with threads, and reaches only the
+direct child.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import selectors
+import shlex
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any
 
 from clustercheck.errors import CommandTimeout, HostError, ProbeUnavailable
-from clustercheck.host import CommandResult, get_probe, in_thread
+from clustercheck.host import CommandResult, OutputTooLarge, describe_size, get_probe, in_thread, output_limit
 
 _ENV = {**os.environ, "LC_ALL": "C", "LANG": "C"}
 _SAFE_PREFIXES = ("/proc/", "/sys/")  # kernel pseudo-files never block
+MARK = "CLUSTERCHECK_CMD"  # the environment variable every command (and its descendants) carries
+_READ_CHUNK = 1024 * 1024
+
+# -- every live child of this process, whatever transport started it ------------------------
+_LIVE: dict[int, tuple[subprocess.Popen[bytes], str]] = {}  # pid -> (process, its mark)
+_LIVE_LOCK = threading.Lock()
+_SEQ = itertools.count(1)
+_PREVIOUS: dict[int, Any] = {}  # signal -> the handler ours replaced
+
+
+def kill_children() -> int:
+    """Kill every command this process started that still runs, and all they started.
+
+    For signal handlers and watchdogs (the prolog's budget, a SIGTERM from slurmd): safe to
+    call from any thread or a signal handler, never raises, and takes a few milliseconds
+    (one pass over /proc). Returns how many processes it signalled.
+    """
+    with contextlib.suppress(Exception):
+        return _kill_marked([f"{os.getpid()}-"], [p.pid for p, _ in list(_LIVE.values())])
+    return 0
+
+
+def install_signal_handlers() -> None:
+    """On SIGTERM, SIGHUP and SIGINT, kill our commands, then do what the signal did before.
+
+    Idempotent. Only from the main thread (Python's rule; elsewhere it does nothing). A
+    signal that was ignored (nohup) stays ignored; a Python handler installed before ours
+    still runs after the commands are killed (SIGINT's raises KeyboardInterrupt).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        with contextlib.suppress(ValueError, OSError):
+            current = signal.getsignal(signum)
+            if current is _on_signal or current == signal.SIG_IGN:
+                continue
+            _PREVIOUS[signum] = current
+            signal.signal(signum, _on_signal)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    kill_children()
+    previous = _PREVIOUS.get(signum, signal.SIG_DFL)
+    if callable(previous):
+        previous(signum, frame)
+        return
+    # the default action: end this process by the same signal, as if we had not been here
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
 
 
 class LocalTransport:
@@ -30,41 +97,61 @@ class LocalTransport:
     def __init__(self, host: str | None = None) -> None:
         # Under Slurm (srun tasks, prologs) the node's Slurm name is the one admins use.
         self.host = host or os.environ.get("SLURMD_NODENAME") or os.uname().nodename
-        self._running: set[subprocess.Popen[bytes]] = set()
+        self._running: set[int] = set()  # pids of this transport's live commands
+        self._closed = False
+        self._lock = threading.Lock()
+        install_signal_handlers()
 
     def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
         argv = tuple(argv)
         start = time.monotonic()
+        mark = f"{os.getpid()}-{next(_SEQ)}"
+        with self._lock:  # close() either sees this command or keeps it from starting
+            self._refuse_if_closed(argv)
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env={**_ENV, MARK: mark},
+                )
+            except FileNotFoundError:
+                return CommandResult(argv, 127, "", f"{argv[0]}: command not found", time.monotonic() - start)
+            except PermissionError as exc:
+                return CommandResult(argv, 126, "", f"{argv[0]}: {exc.strerror}", time.monotonic() - start)
+            self._running.add(proc.pid)
+            _LIVE[proc.pid] = (proc, mark)
+        limit = output_limit()
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                env=_ENV,
-            )
-        except FileNotFoundError:
-            return CommandResult(argv, 127, "", f"{argv[0]}: command not found", time.monotonic() - start)
-        except PermissionError as exc:
-            return CommandResult(argv, 126, "", f"{argv[0]}: {exc.strerror}", time.monotonic() - start)
-        self._running.add(proc)
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_tree(proc)
-            try:  # collect what it printed; a grandchild may hold the pipes open, so bound it
-                out, err = proc.communicate(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                out, err = b"", b""
-            return CommandResult(argv, None, _text(out), _text(err), time.monotonic() - start, timed_out=True)
+            out, err, how = _collect(proc, start + max(timeout, 0.0), limit)
+            if how != "done":
+                _kill_marked([mark + "\0"], [proc.pid])
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=1.0)  # a process in D state may not go: abandon it
         finally:
-            self._running.discard(proc)
+            with self._lock:
+                self._running.discard(proc.pid)
+            _LIVE.pop(proc.pid, None)
+            for stream in (proc.stdout, proc.stderr):
+                with contextlib.suppress(OSError):
+                    stream.close()  # type: ignore[union-attr]
+        duration = time.monotonic() - start
+        if how == "cut":
+            raise OutputTooLarge(
+                self.host,
+                f"`{shlex.join(argv)}` printed more than {describe_size(limit)}, "
+                "clustercheck's cap on one command's output: it was stopped and its output not judged "
+                "(raise the cap with CLUSTERCHECK_MAX_OUTPUT if this much output is expected)",
+            )
+        if how == "timeout":
+            return CommandResult(argv, None, _text(out), _text(err), duration, timed_out=True)
         # a signal death is 128+N, as a shell (and so the SSH transport) reports it, not Popen's -N
         code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-        return CommandResult(argv, code, _text(out), _text(err), time.monotonic() - start)
+        return CommandResult(argv, code, _text(out), _text(err), duration)
 
     def read(self, path: str, *, timeout: float) -> str:
+        self._refuse_if_closed(("read", path))
         if path.startswith(_SAFE_PREFIXES):
             return _read_text(path, self.host)
         try:
@@ -75,6 +162,7 @@ class LocalTransport:
             ) from None
 
     def probe(self, name: str, *, timeout: float) -> Any:
+        self._refuse_if_closed(("probe", name))
         probe = get_probe(name)
         if probe.local is not None:
             try:
@@ -84,36 +172,139 @@ class LocalTransport:
         return probe.remote(self, timeout)
 
     def close(self) -> None:
-        """Kill commands still running (the run's --timeout expired while they ran)."""
-        for proc in list(self._running):
-            _kill_tree(proc)
+        """Kill commands still running (the run's --timeout expired while they ran); start no more."""
+        with self._lock:
+            self._closed = True
+            pids = list(self._running)
+        if pids:
+            _kill_marked([_LIVE[p][1] + "\0" for p in pids if p in _LIVE], pids)
+
+    def _refuse_if_closed(self, what: Sequence[str]) -> None:
+        if self._closed:
+            raise HostError(
+                self.host,
+                f"not started: `{' '.join(what)}`: the transport to {self.host} is closed "
+                "(the run's --timeout expired, or the run ended)",
+            )
+
+
+def _collect(proc: subprocess.Popen[bytes], deadline: float, limit: int) -> tuple[bytes, bytes, str]:
+    """stdout and stderr until both close and the process exits, the deadline, or the cap.
+
+    Returns (stdout, stderr, how): how is "done", "timeout" or "cut" (more than `limit`
+    bytes on both streams together; the rest is not kept).
+    """
+    assert proc.stdout is not None and proc.stderr is not None
+    bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    total = 0
+    with selectors.PollSelector() as sel:  # poll, not select: fds above FD_SETSIZE are fine
+        for fd in bufs:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return bytes(bufs[out_fd]), bytes(bufs[err_fd]), "timeout"
+            for key, _ in sel.select(left):
+                fd = key.fd
+                try:
+                    data = os.read(fd, _READ_CHUNK)
+                except OSError:
+                    data = b""
+                if not data:
+                    sel.unregister(fd)
+                    continue
+                total += len(data)
+                if total > limit:
+                    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), "cut"
+                bufs[fd] += data
+    try:  # both streams closed; the process may still run (it closed them itself)
+        proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+        return bytes(bufs[out_fd]), bytes(bufs[err_fd]), "timeout"
+    return bytes(bufs[out_fd]), bytes(bufs[err_fd]), "done"
+
+
+def _kill_marked(marks: Sequence[str], pids: Sequence[int]) -> int:
+    """SIGKILL `pids`, every process whose environment has an entry MARK=<one of `marks`>...,
+    and every descendant of those. A mark ending in NUL matches one command exactly, else it
+    is a prefix ("<pid>-": all of one clustercheck process's commands). Two passes over /proc,
+    in case one forked while we looked."""
+    needles = [f"{MARK}={m}".encode() for m in marks]
+    me = os.getpid()
+    killed: set[int] = set()
+    for _ in range(2):
+        table = _proc_table(needles)
+        doomed = {p for p in pids if p in table} | {p for p, (_, hit) in table.items() if hit}
+        children: dict[int, list[int]] = {}  # a process that cleared its environment, a child mid-exec
+        for pid, (ppid, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        todo = list(doomed)
+        while todo:
+            for child in children.get(todo.pop(), []):
+                if child not in doomed:
+                    doomed.add(child)
+                    todo.append(child)
+        doomed.discard(me)
+        fresh = doomed - killed
+        for pid in fresh:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed |= fresh
+        if not fresh:
+            break
+    return len(killed)
+
+
+def _proc_table(needles: Sequence[bytes]) -> dict[int, tuple[int, bool]]:
+    """{pid: (ppid, whether an entry of its environment starts with one of `needles`)}."""
+    table: dict[int, tuple[int, bool]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+            ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        hit = False
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read()
+            hit = any(env.startswith(n) or b"\0" + n in env for n in needles)
+        table[int(name)] = (ppid, hit)
+    return table
 
 
 def _read_text(path: str, host: str) -> str:
+    limit = output_limit()
     try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8", errors="replace")
+        with open(path, "rb") as f:  # in chunks: a /proc file refuses one read of the whole cap
+            chunks: list[bytes] = []
+            size = 0
+            while size <= limit and (chunk := f.read(_READ_CHUNK)):
+                chunks.append(chunk)
+                size += len(chunk)
+            data = b"".join(chunks)
     except FileNotFoundError:
         raise
     except NotADirectoryError as exc:
         raise FileNotFoundError(path) from exc
     except OSError as exc:
         raise HostError(host, f"cannot read {path}: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise OutputTooLarge(
+            host,
+            f"{path} is larger than {describe_size(limit)}, clustercheck's cap on one read: "
+            "it was not judged (raise the cap with CLUSTERCHECK_MAX_OUTPUT if it should be read whole)",
+        )
+    return data.decode("utf-8", errors="replace")
 
 
 def _text(data: bytes | None) -> str:
     return (data or b"").decode("utf-8", errors="replace")
-
-
-def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        import psutil
-
-        descendants = psutil.Process(proc.pid).children(recursive=True)
-    except Exception:  # psutil missing or the process already gone
-        descendants = []
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for child in descendants:
-        with contextlib.suppress(Exception):
-            child.kill()

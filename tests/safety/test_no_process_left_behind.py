@@ -1,0 +1,168 @@
+"""Promise: clustercheck leaves no process behind, locally or on a node over SSH.
+
+Each test starts real commands through the public CLI (or the transport), then stops
+clustercheck the way a site does (the run's --timeout, slurmd's SIGTERM/SIGKILL to the
+prolog's process group, a signal to the process, the client dying), and looks for the
+commands in the process table afterwards. Every command is named by a unique marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.helpers import REPO
+
+from clustercheck.errors import HostError
+from clustercheck.transports.local import LocalTransport
+
+
+def alive(marker: str) -> list[str]:
+    """Processes (on this machine, which is also the sshd's node) whose command line holds marker."""
+    out = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def gone_within(marker: str, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while alive(marker):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def wait_for(marker: str, seconds: float = 15) -> None:
+    end = time.monotonic() + seconds
+    while not alive(marker):
+        assert time.monotonic() < end, f"{marker} never started"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def marker() -> Iterator[str]:
+    m = f"cc-safety-{uuid.uuid4().hex[:12]}"
+    yield m
+    for line in alive(m):  # never leave one behind for the next test, whatever happened
+        pid = int(line.split()[0])
+        if pid != os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def site_checks(folder: Path, body: str, timeout: int = 60) -> tuple[Path, Path]:
+    """A site check module whose one check runs `body` (Python, host in scope), and its profile."""
+    (folder / "checks").mkdir()
+    (folder / "checks" / "site.py").write_text(
+        "from clustercheck import Host, Result, check, ok\n\n\n"
+        f"@check(timeout={timeout})\ndef work(host: Host) -> Result:\n"
+        '    """Runs commands."""\n'
+        + "".join(f"    {line}\n" for line in body.splitlines())
+        + '    return ok("done")\n'
+    )
+    (folder / "p.yaml").write_text("checks:\n  site.work:\n")
+    return folder / "checks", folder / "p.yaml"
+
+
+# -- local ----------------------------------------------------------------------------------------
+
+
+def test_after_close_the_local_transport_starts_nothing(tmp_path: Path) -> None:
+    t = LocalTransport("testnode")
+    t.close()
+    flag = tmp_path / "started"
+    with pytest.raises(HostError, match=r"not started: .*closed"):
+        t.run(["touch", str(flag)], timeout=5)
+    with pytest.raises(HostError, match="closed"):
+        t.read("/proc/version", timeout=5)
+    assert not flag.exists()
+
+
+def test_a_check_goes_on_after_the_run_timeout_but_its_next_command_never_starts(tmp_path: Path, marker: str) -> None:
+    flag = tmp_path / "second-command-ran"
+    checks, profile = site_checks(
+        tmp_path,
+        f'host.run("bash", "-c", "exec -a {marker}-1 sleep 30", timeout=40)\n'
+        f'host.run("bash", "-c", "touch {flag}; exec -a {marker}-2 sleep 30", timeout=40)',
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clustercheck", "run", "--local", "--checks", str(checks), "-p", str(profile),
+         "--timeout", "1.5", "-f", "json"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=30)
+    (check,) = json.loads(out)["hosts"][next(iter(json.loads(out)["hosts"]))]["checks"]
+    assert check["status"] == "error" and "--timeout of 1.5 s expired" in check["summary"], err
+    time.sleep(1.0)  # the abandoned check thread had time to reach its second command, were it allowed
+    assert not flag.exists(), "a command started after the transport was closed"
+    assert alive(marker) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_to_clustercheck_ends_every_command(tmp_path: Path, marker: str, signum: signal.Signals) -> None:
+    # the command and a `setsid` daemon it started, which is in no process group of ours
+    checks, profile = site_checks(
+        tmp_path,
+        f'host.run("bash", "-c", "setsid bash -c \'exec -a {marker}-daemon sleep 60\' & exec -a {marker} sleep 60", '
+        "timeout=60)",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clustercheck", "run", "--local", "--checks", str(checks), "-p", str(profile)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(f"{marker}-daemon")
+        wait_for(marker)
+        proc.send_signal(signum)  # to clustercheck alone, not to its process group
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    assert gone_within(marker, 2), alive(marker)
+
+
+@pytest.mark.parametrize("mode", ["prolog", "run"])
+def test_slurmd_killing_the_prolog_process_group_kills_its_commands(tmp_path: Path, marker: str, mode: str) -> None:
+    """slurmd ends a prolog at PrologEpilogTimeout with SIGTERM, then SIGKILL, to its process group."""
+    checks, profile = site_checks(tmp_path, f'host.run("bash", "-c", "exec -a {marker} sleep 60", timeout=60)')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    args = ["--checks", str(checks), "--profile", str(profile)]
+    if mode == "prolog":
+        args += ["--budget", "60", "--state-file", str(tmp_path / "s.json"), "--syslog-socket", ""]
+    else:
+        args += ["--local"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clustercheck", mode, *args],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True,  # slurmd runs the prolog as the leader of its own process group
+    )  # fmt: skip
+    try:
+        try:
+            wait_for(marker)
+        except AssertionError:
+            proc.kill()
+            raise AssertionError(f"the command never started; clustercheck said: {proc.communicate()[0]}") from None
+        os.killpg(proc.pid, signal.SIGKILL)  # no handler can run: only the process group reaches them
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert gone_within(marker, 2), alive(marker)
+
+
+def test_a_local_timeout_kills_what_the_command_started_in_another_session(marker: str) -> None:
+    t = LocalTransport("testnode")
+    # a daemon: it left our session, holds no pipe, and its parent is gone (it is init's child now);
+    # only the mark in its environment still names it
+    script = f"(setsid bash -c 'exec -a {marker} sleep 60' </dev/null >/dev/null 2>&1 &); sleep 30"
+    result = t.run(["bash", "-c", script], timeout=1)
+    assert result.timed_out
+    assert gone_within(marker, 1), alive(marker)
