@@ -1,0 +1,367 @@
+"""The command line without Typer: what the single file for compute nodes runs.
+
+`dist/clustercheck.pyz` (tools/build_pyz.py) carries clustercheck and its pure-Python
+dependencies (PyYAML's pure half, Rich, python-hostlist, nvidia-ml-py, prometheus_client) and
+runs on a node's own `python3` with no venv. Typer cannot come: its 0.29 series imports
+pydantic, whose core is a C extension built for one Python version. So this module parses the
+commands a node needs — `run`, `prolog`, `health`, `checks`, `explain`, `profiles`,
+`--version` — with plain options, and hands everything else to Typer when it is importable
+(a full install), or says what to install when it is not. Option names, defaults and exit codes
+are the Typer application's (app.py, commands/), and the work is the same functions.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from clustercheck import __version__, cli
+from clustercheck.errors import ClusterCheckError, HostError, UsageError
+from clustercheck.result import ExitCode
+
+COMMANDS = ("run", "prolog", "health", "checks", "explain", "profiles")
+
+# The distributions a command may need that the single file does not carry (C extensions).
+NOT_CARRIED = {
+    "typer": "typer",
+    "pydantic": "typer",
+    "pydantic_core": "typer",
+    "paramiko": "paramiko",
+    "cryptography": "paramiko",
+    "bcrypt": "paramiko",
+    "nacl": "paramiko",
+    "psutil": "psutil",
+    "pygments": "pygments",
+    "markdown_it": "markdown-it-py",
+}
+
+USAGE = f"""\
+Usage: clustercheck [--debug] COMMAND [OPTIONS]   (clustercheck {__version__}, the single file)
+
+  run        [--local | --replay DIR...] --profile P [--checks DIR] [--format F] [--output FILE]
+             [--verbose] [--timeout S] [--command-timeout S] [--host-timeout S] [--jobs N]
+  prolog     [--profile P] [--budget S] [--replay DIR] [--checks DIR] [--state-file PATH]
+             [--on-internal-error pass|fail] [--syslog-socket PATH]
+  health     [--profile P] [--node NAME] [--dry-run] [--replay DIR] [--checks DIR] [--budget S]
+             [--state-file PATH] [--scontrol PATH] [--format table|json] [--syslog-socket PATH]
+  checks     [--format table|json] [--checks DIR]
+  explain    CHECK_ID
+  profiles   [--schema]
+  --version
+
+The other commands (--ssh fleets, record, topology, nccl-log, report, ...) need the full
+install: pip install clustercheck (README: Install).
+"""
+
+# option -> (key, kind): kind "value" (once), "multi" (repeatable) or "flag"
+Spec = dict[str, tuple[str, str]]
+
+_RUN: Spec = {
+    "--profile": ("profile", "value"),
+    "-p": ("profile", "value"),
+    "--local": ("local", "flag"),
+    "--replay": ("replay", "multi"),
+    "--checks": ("checks", "multi"),
+    "--format": ("format", "value"),
+    "-f": ("format", "value"),
+    "--output": ("output", "value"),
+    "-o": ("output", "value"),
+    "--verbose": ("verbose", "flag"),
+    "-v": ("verbose", "flag"),
+    "--timeout": ("timeout", "value"),
+    "--command-timeout": ("command_timeout", "value"),
+    "--host-timeout": ("host_timeout", "value"),
+    "--jobs": ("jobs", "value"),
+    "-j": ("jobs", "value"),
+}
+_PROLOG: Spec = {
+    "--profile": ("profile", "value"),
+    "-p": ("profile", "value"),
+    "--budget": ("budget", "value"),
+    "--replay": ("replay", "value"),
+    "--checks": ("checks", "multi"),
+    "--state-file": ("state_file", "value"),
+    "--on-internal-error": ("on_internal_error", "value"),
+    "--syslog-socket": ("syslog_socket", "value"),
+}
+_HEALTH: Spec = {
+    "--profile": ("profile", "value"),
+    "-p": ("profile", "value"),
+    "--node": ("node", "value"),
+    "--dry-run": ("dry_run", "flag"),
+    "--replay": ("replay", "value"),
+    "--checks": ("checks", "multi"),
+    "--budget": ("budget", "value"),
+    "--state-file": ("state_file", "value"),
+    "--scontrol": ("scontrol", "value"),
+    "--format": ("format", "value"),
+    "-f": ("format", "value"),
+    "--syslog-socket": ("syslog_socket", "value"),
+}
+_CHECKS: Spec = {
+    "--format": ("format", "value"),
+    "-f": ("format", "value"),
+    "--checks": ("checks", "multi"),
+}
+_PROFILES: Spec = {"--schema": ("schema", "flag")}
+
+
+def parse(command: str, args: Sequence[str], spec: Spec) -> tuple[dict[str, Any], list[str]]:
+    """`--opt VALUE`, `--opt=VALUE`, flags and positional arguments; a UsageError for anything else."""
+    opts: dict[str, Any] = {key: [] for key, kind in spec.values() if kind == "multi"}
+    positional: list[str] = []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--help" or arg == "-h":
+            raise UsageError(f"{command}: see `clustercheck --help`\n{USAGE}")
+        if not arg.startswith("-") or arg == "-":
+            positional.append(arg)
+            continue
+        name, eq, inline = arg.partition("=")
+        if name not in spec:
+            known = ", ".join(sorted({n for n in spec if n.startswith("--")}))
+            raise UsageError(f"{command}: no option {name!r} in the single file (it takes {known})")
+        key, kind = spec[name]
+        if kind == "flag":
+            if eq:
+                raise UsageError(f"{command}: {name} takes no value")
+            opts[key] = True
+            continue
+        if eq:
+            value = inline
+        elif rest:
+            value = rest.pop(0)
+        else:
+            raise UsageError(f"{command}: {name} needs a value")
+        if kind == "multi":
+            opts[key].append(value)
+        elif key in opts:
+            raise UsageError(f"{command}: {name} given twice")
+        else:
+            opts[key] = value
+    return opts, positional
+
+
+def _number(command: str, name: str, value: str | None, low: float, kind: type = float) -> Any:
+    if value is None:
+        return None
+    try:
+        number = kind(value)
+    except ValueError:
+        raise UsageError(f"{command}: {name} {value!r} is not a number") from None
+    if not low <= number < 1e9:
+        raise UsageError(f"{command}: {name} must be at least {low:g}")
+    return number
+
+
+def _choice(command: str, name: str, value: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise UsageError(f"{command}: {name} {value!r}: choose one of {', '.join(choices)}")
+    return value
+
+
+def _no_positional(command: str, positional: list[str]) -> None:
+    if positional:
+        raise UsageError(f"{command}: unexpected argument {positional[0]!r}")
+
+
+def run(args: Sequence[str]) -> None:
+    if any(a == "--ssh" or a.startswith("--ssh=") for a in args):
+        raise _not_carried("paramiko", "run --ssh")
+    opts, positional = parse("run", args, _RUN)
+    _no_positional("run", positional)
+    replay = [Path(r) for r in opts["replay"]]
+    transports = cli.make_transports(bool(opts.get("local")), None, replay)
+    from clustercheck import formats
+
+    cli.execute_run(
+        opts.get("profile"),
+        transports,
+        checks_dirs=tuple(Path(c) for c in opts["checks"]),
+        fmt=_choice("run", "--format", opts.get("format", "table"), formats.FORMATS),
+        output=Path(opts["output"]) if "output" in opts else None,
+        verbose=bool(opts.get("verbose")),
+        timeout=_number("run", "--timeout", opts.get("timeout"), 0.1),
+        command_timeout=_number("run", "--command-timeout", opts.get("command_timeout", "10"), 0.1),
+        host_timeout=_number("run", "--host-timeout", opts.get("host_timeout"), 0.1),
+        jobs=_number("run", "--jobs", opts.get("jobs", "32"), 1, int),
+    )
+
+
+def prolog(args: Sequence[str]) -> None:
+    # cli's fast path is the prolog's own parser (what it does with a mistake is its policy)
+    if cli.fast_prolog(["--debug", "prolog", *args] if cli.state.debug else ["prolog", *args]):
+        return
+    from clustercheck import slurm
+
+    opts, positional = parse("prolog", args, _PROLOG)
+    _no_positional("prolog", positional)
+    values = {k: v for k, v in opts.items() if k != "checks"}
+    if "budget" in values:
+        values["budget"] = _number("prolog", "--budget", values["budget"], 0.1)
+    if "replay" in values:
+        values["replay"] = Path(values["replay"])
+    _choice("prolog", "--on-internal-error", values.get("on_internal_error", "pass"), ("pass", "fail"))
+    options = slurm.PrologOptions(checks_dirs=tuple(Path(c) for c in opts["checks"]), debug=cli.state.debug, **values)
+    cli.state.exit_code = slurm.prolog(options)
+
+
+def health(args: Sequence[str]) -> None:
+    from clustercheck import slurm
+
+    opts, positional = parse("health", args, _HEALTH)
+    _no_positional("health", positional)
+    values = {k: v for k, v in opts.items() if k not in ("checks", "format")}
+    if "budget" in values:
+        values["budget"] = _number("health", "--budget", values["budget"], 1.0)
+    if "replay" in values:
+        values["replay"] = Path(values["replay"])
+    options = slurm.HealthOptions(
+        checks_dirs=tuple(Path(c) for c in opts["checks"]),
+        fmt=_choice("health", "--format", opts.get("format", "table"), ("table", "json")),
+        debug=cli.state.debug,
+        **values,
+    )
+    cli.state.exit_code = slurm.health(options)
+
+
+def checks(args: Sequence[str]) -> None:
+    import json
+
+    from clustercheck import registry
+
+    opts, positional = parse("checks", args, _CHECKS)
+    _no_positional("checks", positional)
+    fmt = _choice("checks", "--format", opts.get("format", "table"), ("table", "json"))
+    for d in opts["checks"]:
+        registry.load_dir(Path(d))
+    specs = registry.all_checks()
+    if fmt == "json":
+        json.dump([s.to_json() for s in specs], sys.stdout, indent=2)
+        print()
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("check", "what it expects", "reads", "parameters", show_lines=True)
+    for s in specs:
+        params = "\n".join(
+            f"{p.name}: {p.type_name}" + (" (required)" if p.required else f" = {p.default!r}") for p in s.params
+        )
+        table.add_row(s.id, s.title, "\n".join(s.needs), params)
+    Console().print(table)
+
+
+def explain(args: Sequence[str]) -> None:
+    import difflib
+
+    from clustercheck import registry
+
+    _, positional = parse("explain", args, {})
+    if len(positional) != 1:
+        raise UsageError("explain: give one check id, e.g. `clustercheck explain node.memory`")
+    check_id = positional[0]
+    spec = registry.lookup(check_id)
+    if spec is None:
+        close = difflib.get_close_matches(check_id, registry.known_ids(), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UsageError(f"unknown check {check_id!r}{hint}; `clustercheck checks` lists them")
+    print(f"{spec.id}: {spec.title}\n")
+    if spec.doc:
+        print(spec.doc + "\n")
+    print("Parameters:")
+    for p in spec.params:
+        print(f"  {p.name}: {p.type_name}" + (" (required)" if p.required else f" = {p.default!r}"))
+    print(f"  timeout: number = {spec.timeout:g} (seconds; the check's time budget)")
+    if spec.needs:
+        print("\nReads on the node: " + ", ".join(spec.needs))
+    print(f"\nDefined in {spec.source}")
+
+
+def profiles(args: Sequence[str]) -> None:
+    import json
+
+    from clustercheck import profile as profiles_
+
+    opts, positional = parse("profiles", args, _PROFILES)
+    _no_positional("profiles", positional)
+    if opts.get("schema"):
+        json.dump(profiles_.json_schema(), sys.stdout, indent=2)
+        print()
+        return
+    for path in profiles_.bundled_profiles():
+        prof = profiles_.load(str(path))
+        print(f"{prof.name:<12} {len(prof.checks):>3} checks  {prof.description}")
+
+
+def _not_carried(module: str, what: str) -> UsageError:
+    dist = NOT_CARRIED.get(module, module)
+    why = {
+        "typer": "its pydantic core is a C extension, built for one Python version",
+        "paramiko": "its cryptography is a C extension, built for one Python version",
+        "psutil": "a C extension, built for one Python version",
+    }.get(dist, "to keep it small")
+    return UsageError(
+        f"{what} needs {dist}, which the single file does not carry ({why}): "
+        f"install clustercheck with pip (`pip install clustercheck`, README: Install) to use it"
+    )
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    print(f"clustercheck: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """The single file's entry point: the same error boundary and exit codes as cli.main()."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    while args and args[0] == "--debug":
+        cli.state.debug = True
+        args.pop(0)
+    command = args[0] if args else "--help"
+    handlers = {
+        "run": run,
+        "prolog": prolog,
+        "health": health,
+        "checks": checks,
+        "explain": explain,
+        "profiles": profiles,
+    }
+    try:
+        if command == "--version":
+            print(f"clustercheck {__version__}")
+            sys.exit(0)
+        if command in ("--help", "-h"):
+            print(USAGE, end="")
+            sys.exit(0)
+        if command in handlers:
+            handlers[command](args[1:])
+        else:
+            try:
+                import typer  # noqa: F401  (a full install beside the node's python3: use it)
+            except ImportError:
+                raise _not_carried("typer", f"`clustercheck {command}`") from None
+            cli.main(args)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except UsageError as exc:
+        _fail(f"error: {exc}", ExitCode.USAGE)
+    except HostError as exc:
+        _fail(f"{exc.host}: {exc}", ExitCode.ERROR)
+    except ClusterCheckError as exc:
+        _fail(f"error: {exc}", ExitCode.ERROR)
+    except ModuleNotFoundError as exc:
+        top = (exc.name or "").partition(".")[0]
+        if top in NOT_CARRIED:
+            _fail(f"error: {_not_carried(top, ' '.join(args[:1]) or 'this')}", ExitCode.USAGE)
+        if cli.state.debug:
+            raise
+        _fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", 70)
+    except Exception as exc:
+        if cli.state.debug:
+            raise
+        _fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", 70)
+    sys.exit(cli.state.exit_code)

@@ -1,0 +1,253 @@
+"""The single file for compute nodes (`make dist` -> dist/clustercheck.pyz), run as a node runs it:
+by a Python that has none of clustercheck's dependencies, from a fresh cache.
+
+It is built once per session from this checkout by tools/build_pyz.py (what `make dist` runs on
+the wheel), and every run uses a venv made with --without-pip from the base interpreter, whose
+empty site-packages the tests first prove empty.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from clustercheck import __version__, registry
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "fixtures" / "demo-cluster"
+NODE = DEMO / "gpu012"  # GPU 3 lost, XID 79: gpu.count and gpu.xid fail
+PROFILE = DEMO / "site-profile.yaml"  # what `make demo` runs the demo cluster with
+
+sys.path.insert(0, str(REPO / "tools"))
+import build_pyz  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist") / "clustercheck.pyz"
+    assert build_pyz.main(["--source", str(REPO), "-o", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def bare_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python with no clustercheck dependencies: a fresh venv without pip, from the base Python."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    venv = tmp_path_factory.mktemp("bare") / "venv"
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python3"
+    probe = "import importlib.util as u, sys; print(sys.prefix); print([m for m in MODS if u.find_spec(m)])"
+    mods = ["yaml", "rich", "typer", "pydantic", "paramiko", "psutil", "hostlist", "pynvml", "clustercheck"]
+    seen = subprocess.run(
+        [str(python), "-c", f"MODS = {mods!r}\n{probe}"], capture_output=True, text=True, timeout=60, env=_env()
+    )
+    prefix, found = seen.stdout.splitlines()
+    assert Path(prefix) == venv and found == "[]", seen.stdout  # the venv's packages are not visible
+    return python
+
+
+def _env(cache: Path | None = None, **extra: str) -> dict[str, str]:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NO_COLOR": "1", "COLUMNS": "200", "LANG": "C.UTF-8"}
+    if cache is not None:
+        env["CLUSTERCHECK_CACHE"] = str(cache)
+        env["HOME"] = str(cache.parent)
+    return {**env, **extra}
+
+
+def run(python: Path, pyz: Path, *args: str | Path, cache: Path, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(python), str(pyz), *map(str, args)],
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=120,
+        cwd=cwd,
+        env=_env(cache),
+    )
+
+
+def one_line(text: str) -> str:
+    assert "Traceback" not in text and "SyntaxError" not in text, text
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def test_version_and_checks_without_dependencies(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    version = run(bare_python, pyz, "--version", cache=cache)
+    assert (version.returncode, version.stdout) == (0, f"clustercheck {__version__}\n"), version.stderr
+    listed = run(bare_python, pyz, "checks", "--format", "json", cache=cache)
+    assert listed.returncode == 0, listed.stderr
+    assert [c["id"] for c in json.loads(listed.stdout)] == [s.id for s in registry.all_checks()]
+    table = run(bare_python, pyz, "checks", cache=cache)
+    assert table.returncode == 0 and "gpu.count" in table.stdout, table.stderr
+    # it ran from the cache, one folder per build, unpacked completely
+    (build,) = cache.iterdir()
+    assert build.name.startswith(f"{__version__}-") and (build / ".complete").is_file()
+    assert (build / "clustercheck" / "bare.py").is_file() and (build / "yaml" / "__init__.py").is_file()
+    assert not list(build.glob("yaml/_yaml*")) and not (build / "typer").exists()
+
+
+def test_run_replay_of_the_demo_node_without_dependencies(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    result = run(bare_python, pyz, "run", "--replay", NODE, "--profile", PROFILE, "--format", "json", cache=cache)
+    assert result.returncode == 2, result.stderr
+    (host,) = json.loads(result.stdout)["hosts"].values()
+    statuses = {c["id"]: c["status"] for c in host["checks"]}
+    assert statuses["gpu.count"] == "fail" and statuses["gpu.xid"] == "fail"
+    # the same verdicts as the full install's
+    venv = subprocess.run(
+        [sys.executable, "-m", "clustercheck", "run", "--replay", str(NODE), "--profile", str(PROFILE), "-f", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    (venv_host,) = json.loads(venv.stdout)["hosts"].values()
+    assert statuses == {c["id"]: c["status"] for c in venv_host["checks"]}
+    table = run(bare_python, pyz, "run", "--replay", NODE, "--profile", PROFILE, cache=cache)
+    assert table.returncode == 2 and re.search(r"gpu\.xid\s*│\s*fail", table.stdout), table.stdout + table.stderr
+
+
+def test_prolog_writes_its_state_file(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state" / "prolog.json"
+    result = run(
+        bare_python,
+        pyz,
+        *("prolog", "--replay", NODE, "--profile", PROFILE, "--state-file", state, "--syslog-socket", ""),
+        cache=tmp_path / "cache",
+    )
+    assert result.returncode == 2, result.stderr
+    verdict = json.loads(state.read_text())
+    assert verdict["verdict"] == "fail" and verdict["exit_code"] == 2
+    assert verdict["reason"].startswith("clustercheck: gpu.count: 7 GPUs visible, expected 8")
+    assert "FAIL, the node must not run the job" in result.stdout
+
+
+def test_eight_first_runs_at_once_share_one_unpacked_copy(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"  # empty: the first jobs after an upgrade
+
+    def step(i: int) -> subprocess.CompletedProcess[str]:
+        state = tmp_path / f"state-{i}.json"
+        args = ("prolog", "--replay", NODE, "--profile", PROFILE, "--state-file", state, "--syslog-socket", "")
+        return run(bare_python, pyz, *args, cache=cache)
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(step, range(8)))
+    assert [r.returncode for r in results] == [2] * 8, [r.stderr for r in results]
+    assert all("Traceback" not in r.stderr for r in results)
+    (build,) = cache.iterdir()  # one copy; the losers' private folders are gone
+    assert (build / ".complete").is_file()
+    assert len(list(tmp_path.glob("state-*.json"))) == 8
+
+
+def test_unavailable_commands_name_what_to_install(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    record = run(bare_python, pyz, "record", "--out", tmp_path / "rec", cache=cache)
+    assert record.returncode == 64
+    assert "needs typer" in one_line(record.stderr) and "pip install clustercheck" in record.stderr
+    ssh = run(bare_python, pyz, "run", "--ssh", "gpu[001-002]", "--profile", "prolog", cache=cache)
+    assert ssh.returncode == 64 and "needs paramiko" in one_line(ssh.stderr)
+    bad = run(bare_python, pyz, "run", "--replay", NODE, "--no-such-option", cache=cache)
+    assert bad.returncode == 64 and "--no-such-option" in one_line(bad.stderr)
+
+
+def old_pythons() -> list[Path]:
+    """Interpreters older than 3.10 on this machine: on PATH, or installed with pyenv."""
+    candidates = [shutil.which(n) for n in ("python3.9", "python3.8", "python3.7", "python3.6", "python2.7")]
+    if shutil.which("pyenv"):
+        listed = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, timeout=30)
+        for v in listed.stdout.split():
+            if re.fullmatch(r"(2\.7|3\.[0-9])\.\d+", v):
+                prefix = subprocess.run(["pyenv", "prefix", v], capture_output=True, text=True, timeout=30)
+                candidates.append(str(Path(prefix.stdout.strip()) / "bin" / "python"))
+    found = []
+    for c in filter(None, candidates):
+        probe = subprocess.run(
+            [c, "-c", "import sys; print(sys.version_info[0] * 100 + sys.version_info[1])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        if probe.returncode == 0 and probe.stdout.strip().isdigit() and int(probe.stdout) < 310:
+            found.append(Path(c))
+    return found
+
+
+def test_its_first_lines_parse_under_old_pythons(pyz: Path) -> None:
+    """Before the version check runs, the whole file must compile: only two lines are code."""
+    text = pyz.read_text(encoding="ascii")
+    code = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert len(code) == 2 and code[0].startswith("import sys; sys.version_info >= (3, 10)")
+    for minor in (4, 6, 9):
+        ast.parse(text, feature_version=(3, minor))
+
+
+def test_an_old_python_is_told_which_python_it_needs(pyz: Path, tmp_path: Path) -> None:
+    pythons = old_pythons()
+    if not pythons:
+        pytest.skip("no Python older than 3.10 here (on PATH or from pyenv)")
+    for python in pythons:
+        result = run(python, pyz, "prolog", cache=tmp_path / "cache")
+        assert result.returncode == 64, (python, result.stderr)
+        line = one_line(result.stderr)
+        assert "needs Python 3.10 or newer" in line and re.search(r"is Python [23]\.\d+\.\d+", line), line
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.999, "boot"])
+def test_a_truncated_copy_says_so(pyz: Path, bare_python: Path, tmp_path: Path, keep: float | str) -> None:
+    data = pyz.read_bytes()
+    size = data.index(b"#|end\n") - 100 if keep == "boot" else int(len(data) * float(keep))
+    cut = tmp_path / "clustercheck.pyz"
+    cut.write_bytes(data[:size])  # an interrupted copy
+    for args, code in (
+        (["--version"], 70),
+        (["run", "--replay", str(NODE)], 70),
+        (["prolog", "--on-internal-error", "fail"], 70),
+        (["prolog", "--syslog-socket", ""], 0),  # --on-internal-error pass (the default): a bad copy
+    ):  # on a shared filesystem must not drain every node
+        result = run(bare_python, cut, *args, cache=tmp_path / "cache")
+        line = one_line(result.stderr)
+        assert result.returncode == code, line
+        assert f"{cut} is truncated" in line or f"{cut}: truncated" in line, line
+        assert "copy it again" in line and result.stdout == ""
+    assert not list((tmp_path / "cache").glob("*/.complete"))
+
+
+def test_a_damaged_copy_says_so(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    data = bytearray(pyz.read_bytes())
+    middle = len(data) // 2
+    data[middle] = ord("A") if data[middle] != ord("A") else ord("B")  # still base85, wrong contents
+    bad = tmp_path / "clustercheck.pyz"
+    bad.write_bytes(bytes(data))
+    result = run(bare_python, bad, "--version", cache=tmp_path / "cache")
+    assert result.returncode == 70
+    assert "damaged" in one_line(result.stderr) and "SHA-256" in result.stderr
+
+
+def test_a_cache_others_can_write_is_refused(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)  # code imported from here would run as root
+    result = run(bare_python, pyz, "--version", cache=cache)
+    assert result.returncode == 70 and result.stdout == ""
+    assert f"cache folder {cache}" in one_line(result.stderr) and "refusing" in result.stderr
+    assert list(cache.iterdir()) == []
+
+
+def test_the_build_is_reproducible(pyz: Path) -> None:
+    """The same inputs give the same bytes, whatever order they are found in, and no timestamps."""
+    files = {**build_pyz.from_source(REPO), **build_pyz.vendored()}
+    assert build_pyz.render(files) == build_pyz.render(dict(reversed(list(files.items()))))
+    assert os.access(pyz, os.X_OK) and pyz.read_bytes().startswith(b"#!/usr/bin/env python3\n")

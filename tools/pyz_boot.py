@@ -1,0 +1,159 @@
+"""The single file's unpacker. tools/build_pyz.py puts it, as "#|" comment lines, near the top
+of the file and fills in the @...@ constants; the two lines of code above it check the Python
+version and run it. With all but those two lines in comments, a truncated copy still parses:
+it says it is truncated instead of failing with a SyntaxError. Only Python 3.10+ runs this.
+
+The payload below it is a zip in base85 comment lines. The first run of a build unpacks it into
+a cache folder (CLUSTERCHECK_CACHE; default /var/cache/clustercheck for root, else
+~/.cache/clustercheck), through a private temporary folder renamed into place, so that runs
+starting together never see half a copy; later runs import from there (one stat to find it).
+"""
+
+import contextlib
+import itertools
+import os
+import stat
+import sys
+from typing import NoReturn
+
+VERSION = "@VERSION@"
+BUILD = "@BUILD@"
+PAYLOAD_BYTES = int("@PAYLOAD_BYTES@")
+PAYLOAD_SHA256 = "@PAYLOAD_SHA256@"
+BEGIN = b"# clustercheck payload" + b" begins\n"  # split: the unpacker must not contain them
+END = b"# clustercheck payload" + b" ends\n"
+
+
+def broken(message: str) -> NoReturn:
+    """The single file cannot run: one line, and the prolog's --on-internal-error policy."""
+    args = sys.argv[1:]
+    while args[:1] == ["--debug"]:
+        args = args[1:]
+    line = f"clustercheck: {os.path.abspath(__file__)}: {message}"
+    code = 70
+    if args[:1] == ["prolog"]:  # a bad copy on a shared folder must not drain every node
+        fail = "--on-internal-error=fail" in args or ("--on-internal-error", "fail") in itertools.pairwise(args)
+        code = 70 if fail else 0
+        line += "; failing the node (--on-internal-error fail)" if fail else "; passing the node"
+        with contextlib.suppress(Exception):
+            import socket
+
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            s.settimeout(1.0)
+            s.connect("/dev/log")
+            s.send(("<27>" + line).encode("utf-8", "replace"))  # daemon.err
+            s.close()
+    sys.stderr.write(line + "\n")
+    sys.exit(code)
+
+
+def cache_root() -> str:
+    root = os.environ.get("CLUSTERCHECK_CACHE")
+    if root:
+        return root
+    if os.geteuid() == 0:
+        return "/var/cache/clustercheck"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "clustercheck")
+
+
+def safe(root: str) -> bool:
+    """Code is imported from here (as root, by slurmd): only this user may write to it."""
+    try:
+        st = os.lstat(root)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def payload() -> bytes:
+    """The zip below the code, checked against its length and SHA-256."""
+    import base64
+    import hashlib
+
+    try:
+        with open(__file__, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        broken(f"cannot read it: {exc.strerror or exc}")
+    start = data.find(b"\n" + BEGIN)
+    end = data.find(b"\n" + END, start + 1)
+    if start < 0 or end < 0:
+        broken(f"truncated ({len(data)} bytes, its end is missing: an interrupted copy?): copy it again")
+    lines = data[start + 1 + len(BEGIN) : end].split(b"\n")
+    try:
+        raw = base64.b85decode(b"".join(line[1:] for line in lines))
+    except ValueError:
+        raw = b""
+    if len(raw) != PAYLOAD_BYTES or hashlib.sha256(raw).hexdigest() != PAYLOAD_SHA256:
+        broken(f"damaged ({len(data)} bytes; its contents do not match their SHA-256): copy it again")
+    return raw
+
+
+def unpack(root: str, target: str) -> None:
+    """Unpack into a private folder, then rename it into place: the first rename wins, the
+    others throw their copy away (8 job steps starting at once after an upgrade)."""
+    import io
+    import shutil
+    import tempfile
+    import zipfile
+
+    raw = payload()
+    tmp = tempfile.mkdtemp(prefix=f".unpacking-{BUILD}-", dir=root)
+    try:
+        zipfile.ZipFile(io.BytesIO(raw)).extractall(tmp)
+        with open(os.path.join(tmp, ".complete"), "w") as f:
+            f.write(f"{VERSION} {BUILD}\n")
+        os.chmod(tmp, 0o755)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not os.path.isfile(os.path.join(target, ".complete")):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def private_copy() -> str:
+    """No usable cache folder (read-only, no home): unpack for this run only."""
+    import atexit
+    import shutil
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix=f"clustercheck-{BUILD}-")
+    atexit.register(shutil.rmtree, tmp, True)
+    target = os.path.join(tmp, "lib")
+    unpack(tmp, target)
+    return target
+
+
+def main() -> None:
+    root = cache_root()
+    target = os.path.join(root, f"{VERSION}-{BUILD}")
+    if not (os.path.isfile(os.path.join(target, ".complete")) and safe(root)):
+        with contextlib.suppress(OSError):
+            os.makedirs(root, 0o755)
+        if os.path.isdir(root) and not safe(root):
+            broken(
+                f"its cache folder {root} is not owned by uid {os.geteuid()} or is writable by others: "
+                "refusing to run code from it; fix it, or set CLUSTERCHECK_CACHE"
+            )
+        try:
+            if not os.path.isfile(os.path.join(target, ".complete")):
+                unpack(root, target)
+        except OSError:
+            try:
+                target = private_copy()
+            except OSError as exc:
+                broken(f"cannot unpack it: {exc}")
+    here = os.path.dirname(os.path.realpath(__file__))
+    if sys.path and os.path.realpath(sys.path[0] or ".") == here:
+        sys.path[0] = target  # the cache, not the folder the file lies in
+    else:
+        sys.path.insert(0, target)
+    from clustercheck.bare import main as run
+
+    run()
+
+
+main()
