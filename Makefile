@@ -2,12 +2,14 @@
 # make test   the test suite (real sshd and Slurm daemons on loopback; installs them when root)
 # make lint   ruff + mypy --strict
 # make bench  speed and memory figures into bench/RESULTS.md
+# make dist   the wheel and sdist, and dist/clustercheck.pyz: one file for compute nodes (README:
+#             Deploying to compute nodes)
 VENV    ?= .venv
 PYTHON  ?= python3
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 CC      := $(VENV)/bin/clustercheck
 
-.PHONY: venv demo test lint bench system-deps clean
+.PHONY: venv demo test lint bench dist system-deps clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,8 +48,8 @@ test: venv system-deps
 	$(VENV)/bin/python -m pytest
 
 lint: venv
-	$(VENV)/bin/ruff check src checks tests bench
-	$(VENV)/bin/ruff format --check src checks tests bench
+	$(VENV)/bin/ruff check src checks tests bench tools
+	$(VENV)/bin/ruff format --check src checks tests bench tools
 	$(VENV)/bin/mypy
 
 # Prolog-path timing beside `python -c pass`, and beside LBNL NHC when NHC=/path/to/sbin/nhc
@@ -62,6 +64,13 @@ bench: venv system-deps
 	$(VENV)/bin/python bench/bench_nccl.py --markdown bench/RESULTS.md $(NCCL_BENCH_ARGS)
 	$(VENV)/bin/python bench/bench_storage.py --size 2048 --rounds 4 --budget 20 --markdown bench/RESULTS.md
 	$(VENV)/bin/python bench/bench_fleet.py --markdown bench/FLEET.md $(BENCH_FLEET_ARGS)
+
+# The single file carries clustercheck (from the wheel) and the pure-Python dependencies as this
+# venv has them: see tools/build_pyz.py for why, and what it leaves out.
+dist: venv
+	rm -rf dist
+	$(VENV)/bin/python -m build --outdir dist .
+	$(VENV)/bin/python tools/build_pyz.py dist/clustercheck-*-py3-none-any.whl -o dist/clustercheck.pyz
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
