@@ -20,10 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.helpers import REPO
+from tests.helpers import REPO, cli
+from tests.sshd import SSHServer
 
 from clustercheck.errors import HostError
 from clustercheck.transports.local import LocalTransport
+from clustercheck.transports.ssh import SSHTransport
 
 
 def alive(marker: str) -> list[str]:
@@ -166,3 +168,71 @@ def test_a_local_timeout_kills_what_the_command_started_in_another_session(marke
     result = t.run(["bash", "-c", script], timeout=1)
     assert result.timed_out
     assert gone_within(marker, 1), alive(marker)
+
+
+# -- over SSH (the real sshd of tests/sshd.py; its node is this machine) ---------------------------
+
+
+@pytest.fixture
+def node(sshd: SSHServer) -> Iterator[SSHTransport]:
+    t = SSHTransport(sshd.alias, ssh_config=str(sshd.ssh_config))
+    yield t
+    t.close()
+
+
+def daemon(marker: str) -> str:
+    """A bash line that starts a daemon: own session, no pipe held, its parent gone."""
+    return f"(setsid bash -c 'exec -a {marker} sleep 60' </dev/null >/dev/null 2>&1 &)"
+
+
+def test_after_close_the_ssh_transport_starts_nothing(node: SSHTransport, tmp_path: Path) -> None:
+    assert node.run(["true"], timeout=10).ok
+    node.close()
+    flag = tmp_path / "started"
+    with pytest.raises(HostError, match=r"not started: .*closed"):
+        node.run(["touch", str(flag)], timeout=5)
+    assert not flag.exists()
+
+
+def test_a_remote_timeout_kills_the_command_and_its_setsid_daemons(node: SSHTransport, marker: str) -> None:
+    result = node.run(["bash", "-c", f"{daemon(marker + '-d')}; exec -a {marker} sleep 30"], timeout=1)
+    assert result.timed_out
+    assert gone_within(marker, 1.5), alive(marker)
+
+
+def test_a_remote_command_that_ends_leaves_no_daemon_behind(node: SSHTransport, marker: str) -> None:
+    result = node.run(["bash", "-c", f"{daemon(marker)}; echo started"], timeout=10)
+    assert (result.exit_code, result.stdout) == (0, "started\n")
+    assert gone_within(marker, 1.5), alive(marker)
+
+
+def test_the_run_timeout_over_ssh_kills_the_command_at_once(sshd: SSHServer, tmp_path: Path, marker: str) -> None:
+    # the command's own limit is 30 s: only the run's --timeout can stop it before then
+    checks, profile = site_checks(tmp_path, f'host.run("bash", "-c", "exec -a {marker} sleep 30", timeout=30)')
+    start = time.monotonic()
+    proc = cli(
+        "run", "--ssh", sshd.alias, "--ssh-config", sshd.ssh_config, "--checks", checks, "-p", profile,
+        "--timeout", "2", "-f", "json",
+    )  # fmt: skip
+    assert time.monotonic() - start < 10, proc.stderr
+    assert "--timeout of 2 s expired" in proc.stdout, proc.stdout + proc.stderr
+    assert gone_within(marker, 1.5), alive(marker)
+
+
+def test_killing_the_client_kills_its_remote_commands(sshd: SSHServer, tmp_path: Path, marker: str) -> None:
+    checks, profile = site_checks(
+        tmp_path, f'host.run("bash", "-c", "{daemon(marker + "-d")}; exec -a {marker} sleep 60", timeout=60)'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clustercheck", "run", "--ssh", sshd.alias, "--ssh-config", str(sshd.ssh_config),
+         "--checks", str(checks), "-p", str(profile)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(f"{marker}-d")
+        wait_for(marker)
+        proc.kill()  # SIGKILL: no handler runs; the TCP connection just ends
+        proc.wait(timeout=10)
+    finally:
+        proc.kill()
+    assert gone_within(marker, 2), alive(marker)

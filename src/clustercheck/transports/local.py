@@ -50,14 +50,18 @@ _SEQ = itertools.count(1)
 _PREVIOUS: dict[int, Any] = {}  # signal -> the handler ours replaced
 
 
-def kill_children() -> int:
-    """Kill every command this process started that still runs, and all they started.
+def kill_children(owner: int | None = None) -> int:
+    """Kill every command this process (or process `owner`) started that still runs, and all
+    they started, `setsid` daemons included (by the CLUSTERCHECK_CMD mark they inherit).
 
     For signal handlers and watchdogs (the prolog's budget, a SIGTERM from slurmd): safe to
     call from any thread or a signal handler, never raises, and takes a few milliseconds
-    (one pass over /proc). Returns how many processes it signalled.
+    (one pass over /proc). `owner`: a forked child that ran checks, killed by its parent
+    (its commands carry the child's pid). Returns how many processes it signalled.
     """
     with contextlib.suppress(Exception):
+        if owner is not None and owner != os.getpid():
+            return _kill_marked([f"{owner}-"], [])
         return _kill_marked([f"{os.getpid()}-"], [p.pid for p, _ in list(_LIVE.values())])
     return 0
 

@@ -1,25 +1,46 @@
 """Nodes over SSH (paramiko): one connection per host, one channel per command.
 
-How a command runs. The remote login shell is handed::
+How a command runs, whatever the user's login shell. sshd hands the command line to the
+login shell (`$SHELL -c LINE`), and shells disagree on quoting: fish reads a backslash inside
+single quotes, tcsh refuses a newline in them. So the line is always the same fixed
+one, `exec /bin/sh -s`, which every shell (sh, bash, zsh, fish, tcsh, csh) reads the
+same way, and the script comes on the channel's stdin, quoted for /bin/sh alone::
 
-    exec /bin/sh -c 'echo NONCE:$$; LC_ALL=C; export LC_ALL;
-                     if command -v timeout ...; then timeout -s KILL LIMIT "$@"; else "$@"; fi; exit $?' sh ARGV...
+    {
+    echo NONCE:$$; LC_ALL=C; export LC_ALL; CLUSTERCHECK_RUN=cc-NONCE; export CLUSTERCHECK_RUN
+    set -- ARGV...
+    command -v "$1" >/dev/null 2>&1 || { echo "$1: command not found" >&2; exit 127; }
+    exec 3<&0 </dev/null
+    { while read -r _; do :; done; kill every process marked cc-NONCE; pkill -s $$; kill -- -$$; } <&3 ... &
+    timeout -s KILL LIMIT "$@" (or "$@" without coreutils); exit $?
+    }
 
-sshd starts every session in a new session (setsid), so `$$` is the session id of
-everything the command starts. The first stdout line tells it to us (it is stripped,
-with anything a noisy rc file printed before it). On timeout a second channel runs
-`pkill -KILL -s SID; kill -KILL -- -SID`, which kills the command, its children and any
-process group they made. If the connection is gone by then, `timeout -s KILL` (coreutils,
-when the node has it) is the backstop: it kills the command a couple of seconds after
-the deadline. The `sh` stays the parent, so a command killed by a signal exits 128+N as
-in a shell, and a command that is not found exits 127.
+The whole script is one `{ ... }` block, so sh has read all of it before it runs any of it;
+stdin then stays open and silent. sshd starts every session in a new session (setsid), so
+`$$` is the session id; the first stdout line tells it to us (it is stripped, with anything
+a noisy rc file printed before it). The command's stdin is /dev/null.
+
+A remote command dies with its whole session. The background watcher waits for EOF on the
+channel's stdin, which comes when the channel closes: at the end of every command (after
+its exit status), on a timeout (the client closes the channel), on close() (the run's
+--timeout) and when the connection is gone (the client was killed, the network broke: sshd
+exits and stdin closes). It then kills every process that carries the command's mark in its
+environment (a `setsid` daemon too), the session and its process group. When the
+connection is alive but frozen, `timeout -s KILL` (coreutils, when the node has it) is the
+backstop: it kills the command a couple of seconds after the deadline. The `sh` stays the
+parent, so a command killed by a signal exits 128+N as in a shell, and a command that is
+not found exits 127. What a command prints is capped (`host.output_limit()`): past it the
+command is stopped and the call raises OutputTooLarge naming the command and the cap.
 
 Files are read with `cat` through the same path (a hung NFS read times out like any
 command). Host keys are checked against known_hosts as OpenSSH does; `~/.ssh/config`
 (or the file given as with `ssh -F`, plus `/etc/ssh/ssh_config` when none is given) is
 honoured for HostName, User, Port, IdentityFile, IdentitiesOnly, UserKnownHostsFile,
 GlobalKnownHostsFile, HostKeyAlias, HashKnownHosts, ProxyJump, ProxyCommand,
-ServerAliveInterval, StrictHostKeyChecking=accept-new, and Include.
+ServerAliveInterval, ConnectTimeout (10 s when unset: it bounds the TCP connect, the
+banner and each authentication step), StrictHostKeyChecking=accept-new, and Include.
+close() never waits for a handshake in progress: it aborts it, and after close() the
+transport starts nothing.
 """
 
 from __future__ import annotations
@@ -50,7 +71,7 @@ from typing import Any
 import paramiko
 
 from clustercheck.errors import CommandTimeout, HostError, Unreachable
-from clustercheck.host import CommandResult, get_probe, in_thread
+from clustercheck.host import CommandResult, OutputTooLarge, describe_size, get_probe, in_thread, output_limit
 
 # paramiko logs tracebacks at ERROR level from its transport thread (e.g. "Exception
 # (client): Error reading SSH protocol banner"). With no handler configured anywhere,
@@ -66,20 +87,27 @@ _SYSTEM_CONFIG = "/etc/ssh/ssh_config"
 _WINDOW = 8 * 1024 * 1024  # per channel; paramiko's 2 MiB default slows big outputs
 _CHUNK = 1024 * 1024
 _HEAD_LIMIT = 64 * 1024  # look this far into stdout for the wrapper's first line
-_KILL_BUDGET_S = 0.8  # time spent killing a timed-out command, after its deadline
+DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds, when neither the caller nor ssh_config's ConnectTimeout says
 _EOF_GRACE_S = 1.0  # after the exit status, wait this long without output for EOF
 _STATUS_POLL_S = 0.25  # how often to look for an exit status while output is still open
 _BACKSTOP_S = 2  # the remote `timeout` fires this long after the client's deadline
 _KNOWN_HOSTS_LOCK = threading.Lock()
 _INCLUDE_RE = re.compile(r"^\s*include(?:\s*=\s*|\s+)(.+)$", re.IGNORECASE)
 
-_SCRIPT = (
-    'echo "{nonce}:$$"; LC_ALL=C; export LC_ALL; '
-    'command -v "$1" >/dev/null 2>&1 || {{ echo "$1: command not found" >&2; exit 127; }}; '
-    "if command -v timeout >/dev/null 2>&1; "
-    'then timeout -s KILL {limit} "$@"; else "$@"; fi; exit $?'
-)
-_KILL = "pkill -KILL -s {sid} 2>/dev/null; kill -KILL -- -{sid} 2>/dev/null; kill -KILL {sid} 2>/dev/null; exit 0"
+_COMMAND_LINE = "exec /bin/sh -s"  # the same in every login shell: no quote, no backslash, no `$`
+_SCRIPT = """{{
+echo "{nonce}:$$"; LC_ALL=C; export LC_ALL; CLUSTERCHECK_RUN=cc-{nonce}; export CLUSTERCHECK_RUN
+set -- {argv}
+command -v "$1" >/dev/null 2>&1 || {{ echo "$1: command not found" >&2; exit 127; }}
+exec 3<&0 </dev/null
+{{ while read -r _; do :; done
+for f in $(grep -lsF cc-{nonce} /proc/[0-9]*/environ); do f=${{f#/proc/}}; kill -KILL "${{f%/environ}}"; done
+pkill -KILL -s $$; kill -KILL -- -$$; }} <&3 >/dev/null 2>&1 &
+exec 3<&-
+if command -v timeout >/dev/null 2>&1; then timeout -s KILL {limit} "$@"; else "$@"; fi
+exit $?
+}}
+"""
 
 
 @dataclass
@@ -101,6 +129,7 @@ class _Target:
     proxy_jump: str | None
     proxy_command: str | None
     keepalive_s: float
+    connect_timeout: float | None  # ssh_config ConnectTimeout, None when unset
     jumps: list[_Target] = field(default_factory=list)
 
     @property
@@ -149,7 +178,7 @@ class SSHTransport:
         identity: list[str] | None = None,
         port: int | None = None,
         accept_new_host_keys: bool = False,
-        connect_timeout: float = 10.0,
+        connect_timeout: float | None = None,
     ) -> None:
         self.host = host
         self.ssh_config = ssh_config
@@ -157,10 +186,13 @@ class SSHTransport:
         self.identity = list(identity) if identity else None
         self.port = port
         self.accept_new_host_keys = accept_new_host_keys
-        self.connect_timeout = connect_timeout
+        self.connect_timeout = connect_timeout  # None: ssh_config's ConnectTimeout, else 10 s
         self._lock = threading.Lock()
         self._conn: _Connection | None = None
         self._target: _Target | None = None
+        self._closed = False
+        self._pending: list[Any] = []  # sockets and transports of a handshake in progress
+        self._channels: set[paramiko.Channel] = set()  # of commands running now
 
     def __repr__(self) -> str:
         return f"SSHTransport({self.host!r})"
@@ -170,32 +202,48 @@ class SSHTransport:
         argv = tuple(argv)
         if not argv:
             raise ValueError("run() needs a command")
+        self._refuse_if_closed(argv)
         conn = self._connection()
         start = time.monotonic()
         deadline = start + max(timeout, 0.0)
         nonce = secrets.token_hex(8)
-        script = _SCRIPT.format(nonce=nonce, limit=math.ceil(max(timeout, 0.0)) + _BACKSTOP_S)
-        command = f"exec /bin/sh -c {shlex.quote(script)} sh {shlex.join(argv)}"
+        script = _SCRIPT.format(
+            nonce=nonce, argv=shlex.join(argv), limit=math.ceil(max(timeout, 0.0)) + _BACKSTOP_S
+        ).encode("utf-8", errors="surrogateescape")
         chan = self._open_channel(conn, deadline, argv)
+        limit = output_limit()
+        with self._lock:
+            self._channels.add(chan)
         try:
-            self._exec(conn, chan, command, deadline, argv)
-            out, err, sid, status, finished = _collect(chan, nonce.encode(), deadline)
+            self._refuse_if_closed(argv)
+            self._exec(conn, chan, script, deadline, argv)
+            out, err, _sid, status, finished, cut = _collect(chan, nonce.encode(), deadline, limit)
         except HostError:
             raise
         except Exception as exc:  # paramiko or socket trouble while reading: the connection is suspect
+            if self._closed:
+                raise self._closed_error(argv) from exc
             self._drop(conn)
             raise Unreachable(
                 self.host, f"SSH connection to {self._label()} failed during `{shlex.join(argv)}`: {_describe(exc)}"
             ) from exc
         finally:
-            with contextlib.suppress(Exception):  # closing a channel of a dead connection raises EOFError
-                chan.close()
-        if not finished:
-            self._kill(conn, sid)
+            with self._lock:
+                self._channels.discard(chan)
+            _end(chan)  # EOF on its stdin: the node-side watcher kills whatever is left of it
         duration = time.monotonic() - start
+        if cut:
+            raise OutputTooLarge(
+                self.host,
+                f"`{shlex.join(argv)}` printed more than {describe_size(limit)}, clustercheck's cap on one "
+                "command's output: it was stopped and its output not judged "
+                "(raise the cap with CLUSTERCHECK_MAX_OUTPUT if this much output is expected)",
+            )
         if status is None and finished:
             # The channel closed without an exit status: either the connection broke, or the
             # shell itself was killed (sshd then sends exit-signal, which paramiko drops).
+            if self._closed:
+                raise self._closed_error(argv)
             if not conn.alive():
                 self._drop(conn)
                 what = f"lost the SSH connection to {self._label()} while running `{shlex.join(argv)}`"
@@ -260,19 +308,39 @@ class SSHTransport:
         return get_probe(name).remote(self, timeout)
 
     def close(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
+        """End the connection and every command on it; abort a handshake in progress (never
+        wait for it); start nothing after. Each command's node-side watcher then kills it."""
+        self._closed = True
+        for thing in list(self._pending):  # paramiko transports and sockets: closing is thread-safe
+            with contextlib.suppress(Exception):
+                thing.close()
+        for chan in list(self._channels):
+            _end(chan)
+        conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
 
     # -- connection ---------------------------------------------------------------------
     def connect(self) -> None:
-        """Connect now (bounded by connect_timeout): the runner does so before the host's first
+        """Connect now (bounded by the connect timeout): the runner does so before the host's first
         check, so the handshake does not eat that check's time budget. Unreachable otherwise."""
         self._connection()
 
+    def _refuse_if_closed(self, argv: Sequence[str]) -> None:
+        if self._closed:
+            raise self._closed_error(argv)
+
+    def _closed_error(self, argv: Sequence[str]) -> HostError:
+        return HostError(
+            self.host,
+            f"not started: `{shlex.join(argv)}`: the connection to {self.host} was closed "
+            "(the run's --timeout expired, or the run ended)",
+        )
+
     def _connection(self) -> _Connection:
         with self._lock:
+            if self._closed:
+                raise self._closed_error(["connect"])
             if self._conn is not None and self._conn.alive():
                 return self._conn
             if self._conn is not None:  # died since the last call: try once more, afresh
@@ -280,13 +348,24 @@ class SSHTransport:
                 self._conn = None
             if self._target is None:
                 self._target = self._resolve()
+            timeout = self.connect_timeout or self._target.connect_timeout or DEFAULT_CONNECT_TIMEOUT
             try:
-                self._conn = _connect(self._target, self.connect_timeout)
+                conn = _connect(self._target, timeout, self._pending)
             except HostError:
+                if self._closed:
+                    raise self._closed_error(["connect"]) from None
                 raise
             except Exception as exc:  # never a paramiko traceback: say what broke, in one line
+                if self._closed:
+                    raise self._closed_error(["connect"]) from None
                 raise Unreachable(self.host, f"cannot connect to {self._label()}: {_describe(exc)}") from exc
-            return self._conn
+            finally:
+                self._pending.clear()
+            if self._closed:  # closed while the handshake ran: keep nothing
+                conn.close()
+                raise self._closed_error(["connect"])
+            self._conn = conn
+            return conn
 
     def _drop(self, conn: _Connection) -> None:
         with self._lock:
@@ -330,7 +409,7 @@ class SSHTransport:
             raise Unreachable(self.host, f"SSH connection to {self._label()} is broken ({why}); dropped it") from exc
 
     def _exec(
-        self, conn: _Connection, chan: paramiko.Channel, command: str, deadline: float, argv: tuple[str, ...]
+        self, conn: _Connection, chan: paramiko.Channel, script: bytes, deadline: float, argv: tuple[str, ...]
     ) -> None:
         # exec_command() waits for the server's reply with no timeout: if the host dies
         # right now it would wait forever. Closing the channel wakes it up.
@@ -338,8 +417,8 @@ class SSHTransport:
         watchdog.daemon = True
         watchdog.start()
         try:
-            chan.exec_command(command)
-            chan.shutdown_write()  # stdin: EOF at once, as with </dev/null
+            chan.exec_command(_COMMAND_LINE)
+            chan.sendall(script)  # stdin stays open (and silent) until the command is over
         except Exception as exc:
             if not conn.alive():
                 self._drop(conn)
@@ -354,45 +433,22 @@ class SSHTransport:
         finally:
             watchdog.cancel()
 
-    def _kill(self, conn: _Connection, sid: int | None) -> None:
-        """Kill the session of a timed-out command; drop the connection if it does not answer."""
-        if sid is None:
-            return  # it never started as far as we know; the remote `timeout` backstop remains
-        end = time.monotonic() + _KILL_BUDGET_S
-        try:
-            chan = conn.transport.open_session(timeout=_KILL_BUDGET_S)
-        except paramiko.ChannelException:
-            return
-        except Exception:
-            self._drop(conn)  # no answer: the next call reconnects (and says why it cannot)
-            return
-        try:
-            watchdog = threading.Timer(_KILL_BUDGET_S, chan.close)
-            watchdog.daemon = True
-            watchdog.start()
-            try:
-                chan.exec_command(_KILL.format(sid=sid))
-                chan.shutdown_write()
-                chan.status_event.wait(max(end - time.monotonic(), 0.0))
-            finally:
-                watchdog.cancel()
-            if not chan.status_event.is_set() and not conn.alive():
-                self._drop(conn)
-        except Exception:
-            if not conn.alive():
-                self._drop(conn)
-        finally:
-            with contextlib.suppress(Exception):
-                chan.close()
+
+def _end(chan: paramiko.Channel) -> None:
+    """EOF on the command's stdin, then close its channel: either one wakes its watcher."""
+    for step in (chan.shutdown_write, chan.close):
+        with contextlib.suppress(Exception):  # a channel of a dead connection raises EOFError
+            step()
 
 
 def _collect(
-    chan: paramiko.Channel, marker: bytes, deadline: float
-) -> tuple[bytes, bytes, int | None, int | None, bool]:
-    """Read stdout and stderr together until EOF and exit status, or the deadline.
+    chan: paramiko.Channel, marker: bytes, deadline: float, limit: int
+) -> tuple[bytes, bytes, int | None, int | None, bool, bool]:
+    """Read stdout and stderr together until EOF and exit status, the deadline, or the cap.
 
-    Returns (stdout, stderr, session id, exit status, finished). `finished` is False when
-    the deadline came first; the exit status is None when none came.
+    Returns (stdout, stderr, session id, exit status, finished, cut). `finished` is False
+    when the deadline came first; the exit status is None when none came; `cut` is True
+    when stdout and stderr together passed `limit` bytes (the rest is not kept).
     """
     out = bytearray()
     err = bytearray()
@@ -408,6 +464,8 @@ def _collect(
             got = True
             if head is None:
                 out += data
+                if len(out) + len(err) > limit:
+                    return bytes(out), bytes(err), sid, None, False, True
                 continue
             head += data
             at = head.find(marker + b":")
@@ -422,8 +480,11 @@ def _collect(
                 out += head
                 head = None
         while chan.recv_stderr_ready():
-            err += chan.recv_stderr(_CHUNK)
+            data = chan.recv_stderr(_CHUNK)
             got = True
+            err += data
+            if len(out) + len(err) > limit:
+                return bytes(out), bytes(err), sid, None, False, True
         now = time.monotonic()
         if chan.eof_received or chan.closed:
             if chan.recv_ready() or chan.recv_stderr_ready():
@@ -433,8 +494,8 @@ def _collect(
             chan.status_event.wait(max(deadline - time.monotonic(), 0.0))
             if chan.status_event.is_set():
                 status = chan.exit_status if chan.exit_status != -1 else None
-                return bytes(out), bytes(err), sid, status, True
-            return bytes(out), bytes(err), sid, None, False
+                return bytes(out), bytes(err), sid, status, True, False
+            return bytes(out), bytes(err), sid, None, False, False
         if chan.status_event.is_set() and chan.exit_status != -1:
             # It exited, but something it left behind still holds stdout or stderr open.
             if got or quiet_since is None:
@@ -442,11 +503,11 @@ def _collect(
             elif now - quiet_since >= _EOF_GRACE_S or now >= deadline:
                 if head:
                     out[:0] = head
-                return bytes(out), bytes(err), sid, chan.exit_status, False
+                return bytes(out), bytes(err), sid, chan.exit_status, False, False
         elif now >= deadline:
             if head:
                 out[:0] = head
-            return bytes(out), bytes(err), sid, None, False
+            return bytes(out), bytes(err), sid, None, False, False
         wait = min(deadline - now, _STATUS_POLL_S)  # an exit status alone does not wake poll()
         if quiet_since is not None:
             wait = min(wait, _EOF_GRACE_S - (now - quiet_since))
@@ -548,7 +609,18 @@ def _target(
         proxy_jump=None if proxy_jump is None or proxy_jump.lower() == "none" else proxy_jump,
         proxy_command=None if proxy_command is None or proxy_command.lower() == "none" else proxy_command,
         keepalive_s=float(opts.get("serveraliveinterval", 0) or 0) or 30.0,
+        connect_timeout=_seconds(opts.get("connecttimeout")),
     )
+
+
+def _seconds(value: Any) -> float | None:
+    """ConnectTimeout's value: seconds, or None when unset ("none" or 0: the default)."""
+    if value is None or str(value).strip().lower() == "none":
+        return None
+    number = float(str(value).strip())  # a bad value: _resolve() names the config file
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"ConnectTimeout {value!r} is not a number of seconds")
+    return number or None
 
 
 def _jumps(config: paramiko.SSHConfig, spec: str, accept_new: bool, depth: int = 0) -> list[_Target]:
@@ -573,14 +645,16 @@ def _jumps(config: paramiko.SSHConfig, spec: str, accept_new: bool, depth: int =
 
 
 # -- connecting -----------------------------------------------------------------------------
-def _connect(target: _Target, timeout: float) -> _Connection:
+def _connect(target: _Target, timeout: float, pending: list[Any]) -> _Connection:
+    """Connect through the jump hosts to the target. What it opens is in `pending` while it
+    runs, for close() in another thread to abort it."""
     under: list[paramiko.Transport] = []
     try:
         via: paramiko.Transport | None = None
         for hop in target.jumps:
-            via = _handshake(hop, via, timeout, target)
+            via = _handshake(hop, via, timeout, target, pending)
             under.append(via)
-        return _Connection(_handshake(target, via, timeout, target), under)
+        return _Connection(_handshake(target, via, timeout, target, pending), under)
     except BaseException:
         for t in reversed(under):
             with contextlib.suppress(Exception):
@@ -588,14 +662,18 @@ def _connect(target: _Target, timeout: float) -> _Connection:
         raise
 
 
-def _handshake(t: _Target, via: paramiko.Transport | None, timeout: float, final: _Target) -> paramiko.Transport:
+def _handshake(
+    t: _Target, via: paramiko.Transport | None, timeout: float, final: _Target, pending: list[Any]
+) -> paramiko.Transport:
     """Connect, check the host key, authenticate: an active transport, or Unreachable."""
     host = final.name
     through = "" if t is final else f" (jump host for {final.name})"
-    sock = _socket(t, via, timeout, host, through)
+    sock = _socket(t, via, timeout, host, through, pending)
+    pending.append(sock)
     transport: paramiko.Transport | None = None
     try:
         transport = paramiko.Transport(sock, default_window_size=_WINDOW)
+        pending.append(transport)
         transport.banner_timeout = timeout
         transport.auth_timeout = timeout
         known = _KnownHosts(t.known_hosts + t.global_known_hosts)
@@ -622,7 +700,9 @@ def _handshake(t: _Target, via: paramiko.Transport | None, timeout: float, final
         raise
 
 
-def _socket(t: _Target, via: paramiko.Transport | None, timeout: float, host: str, through: str) -> Any:
+def _socket(
+    t: _Target, via: paramiko.Transport | None, timeout: float, host: str, through: str, pending: list[Any]
+) -> Any:
     if via is not None:
         try:
             return via.open_channel("direct-tcpip", (t.hostname, t.port), ("127.0.0.1", 0), timeout=timeout)
@@ -638,7 +718,7 @@ def _socket(t: _Target, via: paramiko.Transport | None, timeout: float, host: st
         except Exception as exc:
             raise Unreachable(host, f"ProxyCommand for {t.label()} failed to start: {exc}") from exc
     try:
-        return _tcp_connect(t.hostname, t.port, timeout)
+        return _tcp_connect(t.hostname, t.port, timeout, pending)
     except socket.gaierror as exc:
         raise Unreachable(
             host,
@@ -656,7 +736,7 @@ def _socket(t: _Target, via: paramiko.Transport | None, timeout: float, host: st
         raise Unreachable(host, f"cannot connect to {t.label()}{through}: {exc.strerror or exc}") from exc
 
 
-def _tcp_connect(hostname: str, port: int, timeout: float) -> socket.socket:
+def _tcp_connect(hostname: str, port: int, timeout: float, pending: list[Any]) -> socket.socket:
     """socket.create_connection(), with the name lookup bounded by the timeout too."""
     end = time.monotonic() + timeout
     try:
@@ -671,6 +751,7 @@ def _tcp_connect(hostname: str, port: int, timeout: float) -> socket.socket:
     error: OSError = OSError(f"no address for {hostname}")
     for family, kind, proto, _, addr in infos:
         sock = socket.socket(family, kind, proto)
+        pending.append(sock)
         try:
             sock.settimeout(max(end - time.monotonic(), 0.01))
             sock.connect(addr)
