@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -57,12 +59,24 @@ NodeName=n1 Arch=x86_64 CoresPerSocket=1
 """  # noqa: W291
 
 
-def node(state: str, reason: str | None = None, name: str = "n1") -> slurm.NodeState:
+DRAINED_AT = "2026-11-29T22:49:32"  # the time scontrol shows after every reason below
+
+
+def epoch(stamp: str = DRAINED_AT) -> float:
+    return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
+
+
+def node(state: str, reason: str | None = None, name: str = "n1", at: str = DRAINED_AT) -> slurm.NodeState:
     """The IDLE capture with its State= (and Reason=) replaced: one edit per scenario."""
     text = IDLE.replace("State=IDLE ", f"State={state} ")
     if reason is not None:
-        text += f"   Reason={reason} [root@2026-11-29T22:49:32]\n"
+        text += f"   Reason={reason} [root@{at}]\n"
     return slurm.parse_scontrol_show_node(text.replace("NodeName=n1", f"NodeName={name}"), name)
+
+
+def recorded(*reasons: str, at: str = DRAINED_AT, check: str | None = "node.memory") -> dict[str, Any]:
+    """The health record after clustercheck set these reasons on n1 (scontrol then shows `at`)."""
+    return {"node": "n1", "drains": [{"reason": r, "check": check, "timestamp": epoch(at) - 1} for r in reasons]}
 
 
 OK = [CheckResult("node.kernel", Status.OK, "kernel 6.18.44, no crash taint")]
@@ -80,6 +94,8 @@ PROLOG_FAILED = {
     "exit_code": 2,
     "reason": "clustercheck: node.kernel: kernel 6.18.44 is tainted: D",
     "job": {"job_id": "31"},
+    "timestamp": epoch() - 2,  # written as the prolog exited, just before Slurm drained the node
+    "checks": [{"id": "node.kernel", "status": "fail", "summary": "kernel 6.18.44 is tainted: D"}],
 }
 
 
@@ -140,26 +156,77 @@ def test_a_passing_idle_node_is_left_alone() -> None:
 
 
 def test_its_own_drain_is_kept_without_a_new_command_while_the_same_check_fails() -> None:
-    d = slurm.decide(node("IDLE+DRAIN", MEMORY_REASON), FAILED, None)
+    d = slurm.decide(node("IDLE+DRAIN", MEMORY_REASON), FAILED, None, recorded(MEMORY_REASON))
     assert d.action == "none" and "already drained by clustercheck" in d.why
 
 
 def test_its_own_drain_follows_a_different_failure() -> None:
     oops = [CheckResult("node.kernel", Status.FAIL, "kernel is tainted: D")]
-    d = slurm.decide(node("MIXED+DRAIN", MEMORY_REASON), oops, None)
-    assert (d.action, d.reason) == ("drain", "clustercheck: node.kernel: kernel is tainted: D")
+    d = slurm.decide(node("MIXED+DRAIN", MEMORY_REASON), oops, None, recorded(MEMORY_REASON))
+    assert (d.action, d.reason, d.check) == ("drain", "clustercheck: node.kernel: kernel is tainted: D", "node.kernel")
 
 
 def test_its_own_drain_is_resumed_once_every_check_passes_warnings_included() -> None:
     for checks in (OK, WARNED):
-        d = slurm.decide(node("IDLE+DRAIN", MEMORY_REASON), checks, None)
+        d = slurm.decide(node("IDLE+DRAIN", MEMORY_REASON), checks, None, recorded("x", MEMORY_REASON))
         assert d.action == "resume"
         assert d.argv("n1", "/usr/bin/scontrol") == ["/usr/bin/scontrol", "update", "NodeName=n1", "State=RESUME"]
 
 
 def test_a_check_that_cannot_tell_keeps_its_own_drain() -> None:
-    d = slurm.decide(node("IDLE+DRAIN", MEMORY_REASON), UNSURE, None)
+    d = slurm.decide(node("IDLE+DRAIN", MEMORY_REASON), UNSURE, None, recorded(MEMORY_REASON))
     assert d.action == "none" and "could not tell" in d.why and "node.modules" in d.why
+
+
+# -- only a drain it set and recorded is its own ------------------------------------------------------
+
+HOLD = "clustercheck: gpu.count: 7 GPUs visible - HOLD for RMA, do not resume"
+
+
+@pytest.mark.parametrize(
+    ("shown", "record"),
+    [
+        (node("IDLE+DRAIN", HOLD), None),  # an admin's words in clustercheck's style: no record at all
+        (node("IDLE+DRAIN", HOLD), recorded(MEMORY_REASON)),  # a record, of another reason
+        (node("IDLE+DRAIN", MEMORY_REASON), {**recorded(MEMORY_REASON), "node": "n2"}),  # another node's record
+        # the very words clustercheck once set, set again by an admin a day later
+        (node("IDLE+DRAIN", MEMORY_REASON, at="2026-11-30T22:49:32"), recorded(MEMORY_REASON)),
+        (node("IDLE+DRAIN", MEMORY_REASON), {"node": "n1", "drains": "garbage"}),
+    ],
+)
+def test_a_drain_it_has_no_record_of_setting_is_never_resumed(
+    shown: slurm.NodeState, record: dict[str, Any] | None
+) -> None:
+    for checks in (OK, FAILED):
+        d = slurm.decide(shown, checks, PROLOG_FAILED, record)
+        assert d.action == "none" and "not set by clustercheck: left alone" in d.why, d
+
+
+def test_a_skip_because_the_gpus_vanished_is_not_a_pass_for_a_resume() -> None:
+    vanished = [
+        *OK,
+        CheckResult("gpu.ecc", Status.SKIP, "no GPUs visible (NVML: no GPU)", data={"hardware_absent": True}),
+    ]
+    d = slurm.decide(node("IDLE+DRAIN", MEMORY_REASON), vanished, None, recorded(MEMORY_REASON))
+    assert d.action == "none" and "gpu.ecc skipped because the hardware it judges is not visible" in d.why
+    unrelated = [*OK, CheckResult("rdma.ports", Status.SKIP, "no HCA on this node")]
+    assert slurm.decide(node("IDLE+DRAIN", MEMORY_REASON), unrelated, None, recorded(MEMORY_REASON)).action == "resume"
+
+
+def test_an_xid_drain_is_not_resumed_on_a_look_at_only_the_latest_log_lines() -> None:
+    reason = "clustercheck: gpu.xid: XID 95 on GPU 0000:5d:00 (Uncontained error): reset the GPU"
+    since = [
+        *OK,
+        CheckResult(
+            "gpu.xid", Status.OK, "no XID events since the previous run", data={"window": "since the previous run"}
+        ),
+    ]
+    d = slurm.decide(node("IDLE+DRAIN", reason), since, None, recorded(reason, check="gpu.xid"))
+    assert d.action == "none" and "only after a reboot or a reset" in d.why
+    rebooted = [*OK, CheckResult("gpu.xid", Status.OK, "no XID events since boot", data={"window": "boot"})]
+    assert (
+        slurm.decide(node("IDLE+DRAIN", reason), rebooted, None, recorded(reason, check="gpu.xid")).action == "resume"
+    )
 
 
 @pytest.mark.parametrize(
@@ -192,8 +259,11 @@ def test_prolog_error_caused_by_its_prolog_is_named_from_the_state_file() -> Non
     d = slurm.decide(node("IDLE+DRAIN", "Prolog error"), OK, PROLOG_FAILED)
     assert d.action == "drain"
     assert d.reason == "clustercheck: node.kernel: kernel 6.18.44 is tainted: D (prolog of job 31)"
-    # and from then on it is its own drain: the next run resumes it
-    assert slurm.decide(node("IDLE+DRAIN", d.reason), OK, PROLOG_FAILED).action == "resume"
+    assert d.check == "node.kernel"
+    # and from then on it is its own drain (health records what it sets): the next run resumes it
+    record = slurm.add_to_record(None, "n1", d.reason or "", d.check)
+    now = time.strftime("%Y-%m-%dT%H:%M:%S")
+    assert slurm.decide(node("IDLE+DRAIN", d.reason, at=now), OK, PROLOG_FAILED, record).action == "resume"
 
 
 def test_prolog_error_still_failing_takes_the_current_reason() -> None:
@@ -215,6 +285,10 @@ def test_prolog_error_after_an_internal_error_with_policy_fail_is_its_own() -> N
         {**PROLOG_FAILED, "verdict": "internal-error", "exit_code": 0},  # it passed the node (policy pass)
         {**PROLOG_FAILED, "node": "n2"},  # another node's state file
         {**PROLOG_FAILED, "mode": "health"},
+        {**PROLOG_FAILED, "timestamp": epoch() - 3600},  # an earlier job's failure, an hour before this drain
+        {**PROLOG_FAILED, "timestamp": epoch() + 300},  # written after the drain: not what Slurm drained for
+        {**PROLOG_FAILED, "job": {"job_id": None}},  # a prolog run by hand, not by slurmd for a job
+        {k: v for k, v in PROLOG_FAILED.items() if k != "timestamp"},
     ],
 )
 def test_prolog_error_it_did_not_cause_is_left_alone(prolog_state: dict[str, object] | None) -> None:

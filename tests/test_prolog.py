@@ -362,11 +362,17 @@ def test_an_unwritable_state_file_does_not_change_the_verdict(tmp_path: Path) ->
     assert "could not be written" in proc.stdout
 
 
-def test_bad_options_are_usage_errors() -> None:
-    for args in (["--budget", "soon"], ["--on-internal-error", "maybe"], ["--no-such-option"]):
-        proc = prolog(*args)
-        assert proc.returncode == 64, args
+def test_bad_options_follow_the_internal_error_policy(tmp_path: Path) -> None:
+    # a typo on the Prolog= line must not drain every node: it is clustercheck's fault, not the node's
+    for args in (["--budget", "soon"], ["--on-internal-error", "maybe"], ["--no-such-option"], ["--budget"]):
+        proc = prolog(*args, "--state-file", tmp_path / "s.json")
+        assert proc.returncode == 0, args
+        assert "INTERNAL ERROR, could not judge the node: bad command line" in proc.stderr, args
         assert "Traceback" not in proc.stderr
+        assert state_of(tmp_path / "s.json")["verdict"] == "internal-error"
+        if "--on-internal-error" not in args:  # a site that chose fail gets 64 (EX_USAGE): Slurm drains
+            failing = prolog(*args, "--on-internal-error", "fail", "--state-file", tmp_path / "s.json")
+            assert failing.returncode == 64, args
 
 
 # -- the fast path ----------------------------------------------------------------------------------
@@ -388,28 +394,14 @@ def test_prolog_imports_neither_typer_nor_rich_nor_paramiko(tmp_path: Path) -> N
 def test_fast_path_and_typer_path_agree(tmp_path: Path) -> None:
     env = {"SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "3"}
     fast = prolog("--replay", CLUSTER / "dimm-lost", "--state-file", tmp_path / "fast.json", "--budget=5", env=env)
-    typer_path = subprocess.run(  # --debug before the subcommand: Typer parses it all
-        [
-            sys.executable,
-            "-m",
-            "clustercheck",
-            "--debug",
-            "prolog",
-            "--replay",
-            str(CLUSTER / "dimm-lost"),
-            "--state-file",
-            str(tmp_path / "typer.json"),
-            "--budget",
-            "5",
-            "--syslog-socket",
-            "",
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **env},
-        timeout=60,
+    args = ["prolog", "--replay", str(CLUSTER / "dimm-lost"), "--state-file", str(tmp_path / "typer.json")]
+    args += ["--budget", "5", "--syslog-socket", ""]
+    code = "import sys\nfrom clustercheck.cli import guarded\nfrom clustercheck.app import app\n"
+    code += f"sys.exit(guarded(lambda: app(args={args!r}, prog_name='clustercheck', standalone_mode=False)))\n"
+    typer_path = subprocess.run(  # the Typer command itself (main() hands it only --help)
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}, timeout=60
     )
-    assert fast.returncode == typer_path.returncode == 2
+    assert fast.returncode == typer_path.returncode == 2, typer_path.stderr
     a, b = state_of(tmp_path / "fast.json"), state_of(tmp_path / "typer.json")
     for key in ("verdict", "reason", "checks", "node", "job", "budget_s", "profile"):
         assert a[key] == b[key], key
@@ -421,30 +413,28 @@ def test_prolog_has_help() -> None:
     assert "--on-internal-error" in proc.stdout and "--budget" in proc.stdout
 
 
-def fast_prolog_options(args: list[str]) -> slurm.PrologOptions | None:
-    """What `clustercheck prolog ARGS` runs without Typer (None: Typer parses them)."""
-    from clustercheck import cli
-
-    opts = cli.plain_options(args, slurm.PROLOG_OPTIONS)
-    return None if opts is None else slurm.prolog_options(opts)
-
-
 @pytest.mark.parametrize(
-    "args",
+    ("args", "problem"),
     [
-        ["--budget", "0.01"],
-        ["--budget", "5", "--budget", "6"],
-        ["--on-internal-error", "sometimes"],
-        ["--replay"],
-        ["-v"],
+        (["--budget", "0.01"], "--budget '0.01' is not a number of seconds from 0.1 on"),
+        (["--budget", "5", "--budget", "6"], "--budget given twice"),
+        (["--on-internal-error", "sometimes"], "--on-internal-error 'sometimes' is not pass or fail"),
+        (["--replay"], "--replay needs a value"),
+        (["-v"], "unknown option '-v'"),
+        (["extra"], "unexpected argument 'extra'"),
     ],
 )
-def test_fast_option_parser_hands_anything_unusual_to_typer(args: list[str]) -> None:
-    assert fast_prolog_options(args) is None
+def test_the_prolog_parser_names_every_mistake(args: list[str], problem: str) -> None:
+    assert slurm.parse_prolog_args(args)[1] == problem
 
 
-def test_fast_option_parser_reads_every_option() -> None:
-    opts = fast_prolog_options(
+def test_the_prolog_parser_keeps_the_policy_it_could_read_beside_a_mistake() -> None:
+    opts, problem = slurm.parse_prolog_args(["--on-internal-error", "fail", "--bogus", "--state-file=x"])
+    assert (opts.on_internal_error, opts.state_file, problem) == ("fail", "x", "unknown option '--bogus'")
+
+
+def test_the_prolog_parser_reads_every_option() -> None:
+    opts, problem = slurm.parse_prolog_args(
         [
             "-p",
             "site",
@@ -460,8 +450,11 @@ def test_fast_option_parser_reads_every_option() -> None:
             "fail",
             "--syslog-socket",
             "",
+            "--dry-run",
+            "--trust-fixture-code",
         ]
     )
+    assert problem is None
     assert opts == slurm.PrologOptions(
         profile="site",
         budget=4.0,
@@ -470,6 +463,8 @@ def test_fast_option_parser_reads_every_option() -> None:
         state_file="s",
         on_internal_error="fail",
         syslog_socket="",
+        dry_run=True,
+        trust_fixture_code=True,
     )
 
 

@@ -130,7 +130,17 @@ def execute_run(
     host_timeout: float | None = None,
     jobs: int = 32,
 ) -> None:
-    """`clustercheck run`: load the profile, run it, render the report, set the exit code."""
+    """`clustercheck run`: load the profile, run it, render the report, set the exit code.
+
+    With a --timeout the run happens in a child process that is killed, with everything it
+    started, when it outlives the timeout by HARD_STOP_GRACE: the runner's own timeout cannot
+    stop a check whose code never lets go of the interpreter lock.
+    """
+    if timeout is not None and not _in_bounded_child:
+        arguments = dict(locals())
+        arguments.pop("arguments", None)
+        _bounded(lambda: execute_run(**arguments), timeout)
+        return
     from clustercheck import formats, runner
     from clustercheck import profile as profiles
 
@@ -164,6 +174,38 @@ def execute_run(
     if not stream:
         write_output(lambda out: formats.render(report, fmt, out, verbose=verbose), output)
     state.exit_code = int(report.exit_code)
+
+
+_in_bounded_child = False
+
+
+def hard_stop_grace(timeout: float) -> float:
+    """How long past --timeout a run may take to report before it is killed."""
+    return 2.0 + 0.05 * timeout
+
+
+def _bounded(body: Callable[[], None], timeout: float) -> None:
+    """Run body in a child (its own error boundary, its own output), killed past the deadline."""
+    from clustercheck import slurm
+
+    def work() -> int:
+        global _in_bounded_child
+        _in_bounded_child = True
+        code = guarded(body)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        return code
+
+    limit = timeout + hard_stop_grace(timeout)
+    outcome = slurm.run_bounded(work, limit, debug=state.debug)
+    if outcome.killed:
+        raise ClusterCheckError(
+            f"the run did not end within --timeout {timeout:g} s (+{hard_stop_grace(timeout):g} s to report): "
+            "a check's own code is stuck; it was killed with everything it started, and no report was written"
+        )
+    if outcome.payload is None:
+        raise RuntimeError(outcome.crash or f"the process running the checks {outcome.died}")
+    state.exit_code = int(outcome.payload)
 
 
 # -- the fast path --------------------------------------------------------------------------------
@@ -255,51 +297,72 @@ def fast_local_run(argv: Sequence[str]) -> bool:
 
 
 def fast_prolog(argv: Sequence[str]) -> bool:
-    """Run `prolog ...` (slurm.conf's Prolog, on every job start) without Typer when every
-    argument is a plain, valid one; False for anything else, which Typer then parses."""
-    if not argv or argv[0] != "prolog":
+    """Run `prolog ...` (slurm.conf's Prolog, on every job start) without Typer.
+
+    Every prolog command line is handled here, mistakes included, and only `--help` goes to
+    Typer: Typer's answer to a mistake is exit 64, which drains the node (every node, for a
+    typo on the Prolog= line). The prolog follows --on-internal-error instead, saying why.
+    """
+    args = list(argv)
+    debug = False
+    if args[:1] == ["--debug"]:  # the one global option, before the subcommand
+        debug, args = True, args[1:]
+    if not args or args[0] != "prolog" or "--help" in args[1:]:
         return False
     from clustercheck import slurm
 
-    opts = plain_options(argv[1:], slurm.PROLOG_OPTIONS)
-    options = None if opts is None else slurm.prolog_options(opts)
-    if options is None:
-        return False
-    state.exit_code = slurm.prolog(options)
+    options, problem = slurm.parse_prolog_args(args[1:])
+    if debug:
+        options = options._replace(debug=True)
+    state.debug = options.debug
+    state.exit_code = slurm.prolog(options, usage_error=problem)
     return True
 
 
 # -- the error boundary -------------------------------------------------------------------------
 
 
-def _fail(message: str, code: int) -> NoReturn:
-    print(f"clustercheck: {message}", file=sys.stderr)
-    sys.exit(code)
+def guarded(body: Callable[[], None]) -> int:
+    """Run body and map everything to a documented exit code, printing the error (the boundary)."""
+    try:
+        body()
+    except KeyboardInterrupt:
+        print("clustercheck: interrupted", file=sys.stderr)
+        return 130
+    except UsageError as exc:
+        print(f"clustercheck: error: {exc}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    except HostError as exc:
+        print(f"clustercheck: {exc.host}: {exc}", file=sys.stderr)
+        return int(ExitCode.ERROR)
+    except ClusterCheckError as exc:
+        print(f"clustercheck: error: {exc}", file=sys.stderr)
+        return int(ExitCode.ERROR)
+    except Exception as exc:
+        if state.debug:
+            raise
+        print(
+            f"clustercheck: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return 70
+    return state.exit_code
+
+
+def _dispatch(args: list[str]) -> None:
+    if fast_local_run(args) or fast_prolog(args):
+        return
+    from clustercheck.app import app
+
+    try:
+        app(args=args, prog_name="clustercheck")
+    except SystemExit as exc:  # Typer always ends this way
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ExitCode.USAGE)
+        # Typer's own usage errors exit 2, which means "a check failed" here: remap them.
+        state.exit_code = int(ExitCode.USAGE if code == 2 else (code or state.exit_code))
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point: run the command and map everything to a documented exit code."""
     args = sys.argv[1:] if argv is None else argv
-    try:
-        if not (fast_local_run(args) or fast_prolog(args)):
-            from clustercheck.app import app
-
-            try:
-                app(args=args, prog_name="clustercheck")
-            except SystemExit as exc:  # Typer always ends this way
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ExitCode.USAGE)
-                # Typer's own usage errors exit 2, which means "a check failed" here: remap them.
-                sys.exit(ExitCode.USAGE if code == 2 else (code or state.exit_code))
-    except KeyboardInterrupt:
-        _fail("interrupted", 130)
-    except UsageError as exc:
-        _fail(f"error: {exc}", ExitCode.USAGE)
-    except HostError as exc:
-        _fail(f"{exc.host}: {exc}", ExitCode.ERROR)
-    except ClusterCheckError as exc:
-        _fail(f"error: {exc}", ExitCode.ERROR)
-    except Exception as exc:
-        if state.debug:
-            raise
-        _fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", 70)
-    sys.exit(state.exit_code)
+    sys.exit(guarded(lambda: _dispatch(args)))

@@ -51,7 +51,7 @@ from typing import Any, NamedTuple, TextIO
 from clustercheck import __version__
 from clustercheck.errors import ClusterCheckError, HostError, UsageError
 from clustercheck.host import CommandResult, Transport
-from clustercheck.result import CheckResult, ExitCode, Report, Status
+from clustercheck.result import CheckResult, ExitCode, HostReport, Report, Status
 
 #: Every drain reason clustercheck sets starts with this: it is how it knows its own drains.
 REASON_PREFIX = "clustercheck:"
@@ -331,6 +331,53 @@ def ensure_path() -> None:
         os.environ["PATH"] = DEFAULT_PATH
 
 
+def ensure_std_fds() -> None:
+    """Give closed standard descriptors /dev/null, and sys.stdout/stderr a stream to write to.
+
+    A Prolog= line ending in `>&-` starts clustercheck with fd 1 closed: the next file it opened
+    (the state file, a pipe) would become fd 1, and Python leaves sys.stdout None.
+    """
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                null = os.open(os.devnull, os.O_RDWR)
+                if null != fd:
+                    os.dup2(null, fd)
+                    os.close(null)
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+
+
+def _detach_fd(fd: int) -> None:
+    """After a broken pipe on fd 1 or 2: point it at /dev/null, so nothing else fails writing to it
+    (Python's own flush at exit included)."""
+    with contextlib.suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+
+
+def say(text: str, stream: TextIO | None) -> str:
+    """Write text (a line) to stream; '' when written, else why not. Never raises: a closed or
+    broken stdout/stderr must not change a prolog's verdict."""
+    if stream is None:
+        return "no stream"
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+        return ""
+    except (OSError, ValueError) as exc:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            fileno = stream.fileno()
+            if fileno in (1, 2):
+                _detach_fd(fileno)
+        return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
 def _transports(replay: Path | None, node: str | None) -> list[Any]:
     if replay is not None:
         from clustercheck.transports.fixture import ReplayTransport, find_fixtures
@@ -352,15 +399,25 @@ def _run_checks(
     *,
     debug: bool,
     wrap: Any = None,
+    trust_fixture_code: bool = False,
 ) -> Report:
-    """Run the profile (default: the bundled `prolog`; with --replay, the fixture's) on one node."""
+    """Run the profile (default: the bundled `prolog`; with --replay, the fixture's) on one node.
+
+    A profile taken from a fixture loads no code of its own unless trusted (profile.load's
+    allow_code): fixtures are data people send each other, and this runs as root.
+    """
     from clustercheck import profile as profiles
     from clustercheck import runner
     from clustercheck.cli import recorded_profile
 
+    allow_code = True
     if profile is None:
-        profile = "prolog" if not any(hasattr(t, "fixture") for t in transports) else recorded_profile(transports)
-    prof = profiles.load(profile, extra_check_dirs=tuple(checks_dirs))
+        if any(hasattr(t, "fixture") for t in transports):
+            profile = recorded_profile(transports)
+            allow_code = trust_fixture_code
+        else:
+            profile = "prolog"
+    prof = profiles.load(profile, extra_check_dirs=tuple(checks_dirs), allow_code=allow_code)
     return runner.run_profile(
         prof,
         [wrap(t) for t in transports] if wrap else transports,
@@ -372,11 +429,154 @@ def _run_checks(
     )
 
 
+# -- a hard stop that no Python code can defeat: the work runs in a child process ----------------------
+
+
+class ChildOutcome(NamedTuple):
+    """How a bounded child ended: its JSON answer, or why there is none."""
+
+    payload: Any = None  # what the work returned (JSON), when it returned
+    crash: str | None = None  # the exception the work raised: its message ("TypeError: ..." for a bug)
+    crash_kind: str | None = None  # "usage" (UsageError: bad input), "error" (ClusterCheckError), "bug"
+    killed: bool = False  # the deadline passed: the child and everything it started were killed
+    died: str | None = None  # the child ended without answering ("killed by signal 9")
+    exit_status: int | None = None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of pid, from /proc (parents before children)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(b")", 1)[-1].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL pid and every process it started, even those in a session of their own: each is
+    stopped first (so none forks a new one unseen), then all are killed."""
+    import signal
+
+    seen: list[int] = []
+    for _ in range(3):  # a process may have forked between the scan and its SIGSTOP
+        new = [p for p in [pid, *descendants(pid)] if p not in seen]
+        if not new:
+            break
+        for p in new:
+            with contextlib.suppress(OSError):
+                os.kill(p, signal.SIGSTOP)
+        seen += new
+    for p in seen:
+        with contextlib.suppress(OSError):
+            os.kill(p, signal.SIGKILL)
+
+
+def run_bounded(work: Any, seconds: float, *, debug: bool = False) -> ChildOutcome:
+    """Run work() in a forked child and wait at most `seconds` for its JSON answer.
+
+    The budget holds whatever the work does: a check stuck in C code or in a regex that never
+    lets go of the interpreter lock stops Python threads and timers, not this process, which
+    only waits on a pipe. When the time is up the child's whole process tree is killed.
+    """
+    import select
+
+    deadline = time.monotonic() + max(0.0, seconds)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: do the work, answer through the pipe, never return
+        os.close(read_end)
+        code = 0
+        try:
+            try:
+                reply: dict[str, Any] = {"ok": work()}
+            except BaseException as exc:  # everything is reported to the parent
+                if debug:
+                    import traceback
+
+                    traceback.print_exc()
+                if isinstance(exc, UsageError):
+                    reply = {"crash": str(exc), "kind": "usage"}
+                elif isinstance(exc, ClusterCheckError):
+                    reply = {"crash": str(exc), "kind": "error"}
+                else:
+                    reply = {"crash": f"{type(exc).__name__}: {exc}", "kind": "bug"}
+            data = json.dumps(reply, default=str).encode("utf-8")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write_end, view) :]
+        except BaseException:
+            code = 70
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    os.close(write_end)
+    chunks: list[bytes] = []
+    killed = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                killed = True
+                break
+            ready, _, _ = select.select([read_end], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read_end)
+    if killed:
+        kill_tree(pid)
+    status = 0
+    with contextlib.suppress(ChildProcessError):
+        _, status = os.waitpid(pid, 0)
+    if killed:
+        return ChildOutcome(killed=True)
+    exit_status = os.waitstatus_to_exitcode(status)
+    answer: Any = None
+    with contextlib.suppress(ValueError):
+        answer = json.loads(b"".join(chunks).decode("utf-8"))
+    if not isinstance(answer, dict) or not ({"ok", "crash"} & set(answer)):
+        died = f"killed by signal {-exit_status}" if exit_status < 0 else f"exited {exit_status} without an answer"
+        return ChildOutcome(died=died, exit_status=exit_status)
+    if "crash" in answer:
+        kind = str(answer.get("kind", "bug"))
+        return ChildOutcome(crash=str(answer["crash"]), crash_kind=kind, exit_status=exit_status)
+    return ChildOutcome(payload=answer["ok"], exit_status=exit_status)
+
+
 class Watchdog:
     """Ends the process at a hard deadline, whatever the main thread is stuck in.
 
-    A check stuck in a hung read is abandoned by the runner's own timeout; this is the backstop
-    for what runs outside the checks (a profile or a site check module on a hung NFS mount).
+    The backstop for the parent's own few steps after its child answered (writing the verdict
+    to a stdout nobody reads, a state folder on a hung mount): the checks themselves run in a
+    child that `run_bounded` kills.
     """
 
     def __init__(self, seconds: float, on_expire: Any, exit_code: int) -> None:
@@ -422,6 +622,51 @@ def _counts(checks: Sequence[CheckResult]) -> str:
     return ", ".join(f"{n} {s}" for s, n in counts.items()) or "no checks"
 
 
+def _checks_of(payload: Mapping[str, Any]) -> tuple[str, str, list[CheckResult]]:
+    """(host, profile, results) from a child's report JSON (Report.to_json of one host)."""
+    hosts = payload.get("hosts") or {}
+    host, entry = next(iter(hosts.items())) if hosts else ("", {"checks": []})
+    return str(host), str(payload.get("profile", "")), [CheckResult.from_json(c) for c in entry.get("checks", [])]
+
+
+# -- state kept between runs: markers (e.g. how far gpu.xid read the kernel log) ----------------------
+
+_state_folder: Path | None = None
+_state_writable = False
+
+
+def set_state_folder(folder: Path | None, *, writable: bool) -> None:
+    global _state_folder, _state_writable
+    _state_folder, _state_writable = folder, writable
+
+
+def read_marker(name: str) -> dict[str, Any] | None:
+    """A check's marker from the previous prolog/health run (None: none, or not in those modes)."""
+    if _state_folder is None:
+        return None
+    return read_state(_state_folder / f"{name}.marker.json")
+
+
+def marker_folder() -> Path | None:
+    """Where prolog/health keep markers between runs (None elsewhere: a check then looks at all)."""
+    return _state_folder
+
+
+def write_markers(checks: Sequence[CheckResult]) -> list[str]:
+    """Write the markers the checks returned (data["marker"] = {"name": ..., ...}); problems."""
+    problems: list[str] = []
+    if _state_folder is None or not _state_writable:
+        return problems
+    for c in checks:
+        marker = c.data.get("marker") if isinstance(c.data, Mapping) else None
+        if isinstance(marker, Mapping) and re.fullmatch(r"[a-z0-9_.-]{1,40}", str(marker.get("name", ""))):
+            try:
+                write_state(_state_folder / f"{marker['name']}.marker.json", marker)
+            except OSError as exc:
+                problems.append(f"{c.id}'s marker could not be written: {exc.strerror or exc}")
+    return problems
+
+
 # -- prolog ------------------------------------------------------------------------------------------------
 
 
@@ -430,23 +675,67 @@ class PrologOptions(NamedTuple):
     budget: float = PROLOG_BUDGET
     replay: Path | None = None
     checks_dirs: tuple[Path, ...] = ()
-    state_file: str = DEFAULT_STATE_FILE
+    state_file: str | None = None  # None: DEFAULT_STATE_FILE, or none at all with --replay/--dry-run
     on_internal_error: str = "pass"
-    syslog_socket: str = DEFAULT_SYSLOG
+    syslog_socket: str | None = None  # None: DEFAULT_SYSLOG, or none with --replay/--dry-run
     debug: bool = False
+    dry_run: bool = False
+    trust_fixture_code: bool = False
 
 
-def prolog(opts: PrologOptions, env: Mapping[str, str] | None = None, out: TextIO | None = None) -> int:
-    """`clustercheck prolog`: judge the node for the job about to start; returns the exit code."""
+def prolog(
+    opts: PrologOptions,
+    env: Mapping[str, str] | None = None,
+    out: TextIO | None = None,
+    *,
+    usage_error: str | None = None,
+) -> int:
+    """`clustercheck prolog`: judge the node for the job about to start; returns the exit code.
+
+    Only a failed check makes it non-zero. Everything that is clustercheck's own fault - a
+    mistake on the Prolog= line (`usage_error`), a closed or broken stdout, a state file it
+    cannot write, a crash, the budget - follows --on-internal-error and is said on stderr (when
+    it can be written) and in syslog, naming the cause.
+    """
     start = time.monotonic()
+    ensure_std_fds()
+    policy_code = 0 if opts.on_internal_error == "pass" else EXIT_INTERNAL
+    try:
+        return _prolog(opts, env, out, start, usage_error)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the last line of defence: a bug must not drain
+        if opts.debug:
+            raise
+        what = f"{type(exc).__name__}: {exc}"
+        action = "passing the node" if policy_code == 0 else "failing the node: Slurm drains it"
+        message = f"prolog: INTERNAL ERROR, could not judge the node: {what}; {action} (--on-internal-error)"
+        say(f"clustercheck: {message}", sys.stderr)
+        syslog(message, LOG_ERR, DEFAULT_SYSLOG if opts.syslog_socket is None else opts.syslog_socket)
+        return policy_code
+
+
+def _prolog(
+    opts: PrologOptions, env: Mapping[str, str] | None, out: TextIO | None, start: float, usage_error: str | None
+) -> int:
     out = out or sys.stdout
     job = JobContext.from_env(os.environ if env is None else env)
     set_current_job(job)
     ensure_path()
-    node = job.node or os.uname().nodename.split(".")[0]
-    where = f"node {node}" + (f", job {job.job_id}" if job.job_id else "")
+    # --replay and --dry-run touch nothing of this node unless told where (a fire drill must not
+    # leave a verdict that `health` would trust, under this node's name)
+    quiet = opts.replay is not None or opts.dry_run
+    state_template = opts.state_file if opts.state_file is not None else ("" if quiet else DEFAULT_STATE_FILE)
+    if opts.syslog_socket is not None:
+        log_socket = opts.syslog_socket
+    else:
+        log_socket = "" if (opts.dry_run or (opts.replay is not None and opts.state_file is None)) else DEFAULT_SYSLOG
+    if opts.dry_run:
+        state_template, log_socket = "", ""
+    would_state = opts.state_file if opts.state_file is not None else ("" if opts.replay else DEFAULT_STATE_FILE)
+    would_log = opts.syslog_socket if opts.syslog_socket is not None else ("" if opts.replay else DEFAULT_SYSLOG)
+    node = job.node or (opts.replay.name if opts.replay is not None else os.uname().nodename.split(".")[0])
     policy_code = 0 if opts.on_internal_error == "pass" else EXIT_INTERNAL
-    state_file = state_path(opts.state_file, node)
     base: dict[str, Any] = {
         "clustercheck": __version__,
         "mode": "prolog",
@@ -455,6 +744,48 @@ def prolog(opts: PrologOptions, env: Mapping[str, str] | None = None, out: TextI
         "budget_s": opts.budget,
         "on_internal_error": opts.on_internal_error,
     }
+    if opts.replay is not None:
+        base["replay"] = str(opts.replay)
+    notes: list[str] = []  # clustercheck's own troubles that did not stop the verdict
+
+    def where() -> str:
+        return f"node {node}" + (f", job {job.job_id}" if job.job_id else "")
+
+    def replayed() -> str:
+        return f"; replayed from {opts.replay}, not this machine" if opts.replay is not None else ""
+
+    def state_file() -> Path | None:
+        return state_path(state_template, node) if state_template else None
+
+    def finish(state: dict[str, Any], message: str, severity: int, lines: list[str]) -> None:
+        path = state_file()
+        if opts.dry_run:
+            target = state_path(would_state, node) if would_state else None
+            lines.append(f"  dry run: nothing was written; the state file {target or '(none)'} would get:")
+            lines += ["    " + line for line in json.dumps(state, indent=1).splitlines()]
+            lines.append(f"  dry run: syslog {would_log or '(none)'} would get: {message}")
+        elif path is not None:
+            try:
+                write_state(path, state)
+                lines.append(f"  state: {path}")
+            except (OSError, ValueError) as exc:
+                why = getattr(exc, "strerror", None) or str(exc)
+                notes.append(f"the state file {path} could not be written: {why}")
+        else:
+            lines.append("  state: none written" + (" (a replay names no state file)" if opts.replay else ""))
+        for note in notes:
+            lines.append(f"  clustercheck's own problem (the verdict stands): {note}")
+        full = message + replayed() + "".join(f"; {n}" for n in notes)
+        if log_socket:
+            syslog(full, severity if not notes else min(severity, LOG_WARNING), log_socket)
+        printed = say("\n".join(lines), out)
+        if printed and not opts.dry_run:
+            problem = f"prolog {where()}: the verdict could not be written to stdout ({printed})"
+            say(f"clustercheck: {problem}", sys.stderr)
+            if log_socket:
+                syslog(problem, LOG_WARNING, log_socket)
+        if notes:
+            say(f"clustercheck: prolog {where()}: " + "; ".join(notes), sys.stderr)
 
     def cannot_judge(what: str, code: int) -> int:
         action = (
@@ -462,13 +793,13 @@ def prolog(opts: PrologOptions, env: Mapping[str, str] | None = None, out: TextI
             if code == 0
             else "failing the node: Slurm drains it (--on-internal-error fail)"
         )
-        message = f"prolog {where}: INTERNAL ERROR, could not judge the node: {what}; {action}"
-        print(f"clustercheck: {message}", file=sys.stderr)
-        syslog(message, LOG_ERR, opts.syslog_socket)
+        message = f"prolog {where()}: INTERNAL ERROR, could not judge the node: {what}; {action}"
+        say(f"clustercheck: {message}", sys.stderr)
         stamp, epoch = _now()
         reason = sanitize_reason(f"{REASON_PREFIX} internal error: {what}") if code else ""
         state = {
             **base,
+            "node": node,
             "time": stamp,
             "timestamp": epoch,
             "duration_s": round(time.monotonic() - start, 3),
@@ -478,35 +809,61 @@ def prolog(opts: PrologOptions, env: Mapping[str, str] | None = None, out: TextI
             "error": what,
             "checks": [],
         }
-        with contextlib.suppress(OSError):
-            write_state(state_file, state)
+        finish(state, message, LOG_ERR, [])
         return code
 
-    def expired() -> None:
-        # the runner stops the checks before the budget: what is stuck is outside them (a profile
-        # or site module on a hung mount), or the machine is too busy to finish in time
-        cannot_judge(f"the {opts.budget:g} s budget ran out before the checks could be judged", policy_code)
+    def usage_code() -> int:
+        return 0 if policy_code == 0 else int(ExitCode.USAGE)
 
-    with Watchdog(opts.budget, expired, policy_code):
-        try:
-            transports = _transports(opts.replay, None if opts.replay else job.node)
-            # keep some of the budget for stopping what still runs and writing the verdict
-            left = opts.budget - (time.monotonic() - start) - min(1.0, opts.budget / 5)
-            report = _run_checks(
-                opts.profile, transports, opts.checks_dirs, left, debug=opts.debug, wrap=NoSlurmCommands
-            )
-        except KeyboardInterrupt:
-            raise
-        except UsageError as exc:
-            return cannot_judge(str(exc).replace("\n", "; "), 0 if policy_code == 0 else int(ExitCode.USAGE))
-        except ClusterCheckError as exc:
-            return cannot_judge(str(exc), policy_code)
-        except Exception as exc:
-            if opts.debug:
-                raise
-            return cannot_judge(f"{type(exc).__name__}: {exc}", policy_code)
+    if usage_error is not None:
+        return cannot_judge(f"bad command line: {usage_error}", usage_code())
+    if opts.state_file is not None and opts.state_file.strip() and state_path(opts.state_file, node).name == "":
+        notes.append(f"--state-file {opts.state_file!r} names no file")
+        state_template = ""
 
-        checks = list(report.hosts[0].checks) if report.hosts else []
+    # keep some of the budget for stopping what still runs and writing the verdict
+    reserve = min(1.0, opts.budget / 5)
+    kill_at = opts.budget - min(0.3, opts.budget / 20) - (time.monotonic() - start)
+
+    def work() -> dict[str, Any]:
+        transports = _transports(opts.replay, None if opts.replay else job.node)
+        left = opts.budget - (time.monotonic() - start) - reserve
+        report = _run_checks(
+            opts.profile,
+            transports,
+            opts.checks_dirs,
+            left,
+            debug=opts.debug,
+            wrap=NoSlurmCommands,
+            trust_fixture_code=opts.trust_fixture_code,
+        )
+        return report.to_json()
+
+    if state_template:
+        set_state_folder(state_path(state_template, node).parent, writable=True)
+    elif opts.dry_run and would_state:
+        set_state_folder(state_path(would_state, node).parent, writable=False)
+    outcome = run_bounded(work, kill_at, debug=opts.debug)
+    if outcome.killed:
+        return cannot_judge(
+            f"the {opts.budget:g} s budget ran out before the checks could be judged",
+            policy_code,
+        )
+    if outcome.payload is None:
+        if outcome.crash is None:
+            return cannot_judge(f"the process running the checks {outcome.died}", policy_code)
+        what = outcome.crash.replace("\n", "; ")
+        return cannot_judge(what, usage_code() if outcome.crash_kind == "usage" else policy_code)
+
+    def judged() -> int:
+        nonlocal node
+        host, profile_name, checks = _checks_of(outcome.payload)
+        if opts.replay is not None and not job.node and host:
+            node = host
+            base["node"] = node
+        if state_template:
+            set_state_folder(state_path(state_template, node).parent, writable=True)
+            notes.extend(write_markers(checks))
         failed = [c for c in checks if c.status is Status.FAIL]
         noted = [c for c in checks if c.status in (Status.WARN, Status.ERROR)]
         reason = drain_reason(failed) if failed else ""
@@ -515,8 +872,8 @@ def prolog(opts: PrologOptions, env: Mapping[str, str] | None = None, out: TextI
         stamp, epoch = _now()
         state = {
             **base,
-            "host": report.hosts[0].host if report.hosts else node,
-            "profile": report.profile,
+            "host": host or node,
+            "profile": profile_name,
             "time": stamp,
             "timestamp": epoch,
             "duration_s": round(duration, 3),
@@ -525,34 +882,36 @@ def prolog(opts: PrologOptions, env: Mapping[str, str] | None = None, out: TextI
             "reason": reason,
             "checks": [{"id": c.id, "status": c.status.value, "summary": c.summary} for c in checks],
         }
-        state_error = ""
-        try:
-            write_state(state_file, state)
-        except OSError as exc:
-            state_error = f"; the state file {state_file} could not be written: {exc.strerror or exc}"
         if failed:
-            message = f"prolog {where}: FAIL, the node must not run the job: {reason}"
+            message = f"prolog {where()}: FAIL, the node must not run the job: {reason}"
             severity = LOG_ERR
         elif noted:
             details = "; ".join(f"{c.id} {c.status.value}: {sanitize_reason(c.summary, 120)}" for c in noted)
-            message = f"prolog {where}: pass ({_counts(checks)}): {details}"
+            message = f"prolog {where()}: pass ({_counts(checks)}): {details}"
             severity = LOG_WARNING
         else:
-            message = f"prolog {where}: pass ({_counts(checks)})"
+            message = f"prolog {where()}: pass ({_counts(checks)})"
             severity = LOG_INFO
         if job.problems:
             message += "; environment: " + "; ".join(job.problems)
             severity = min(severity, LOG_WARNING)
-        syslog(message + f" in {duration:.2f} s" + state_error, severity, opts.syslog_socket)
-        print(f"clustercheck {message}", file=out)
-        for c in failed + noted:
-            print(f"  {c.id}: {c.status.value}: {c.summary}", file=out)
-        print(f"  state: {state_file}{state_error}", file=out)
-        out.flush()
+        message += f" in {duration:.2f} s"
+        lines = [f"clustercheck {message}{replayed()}"] + [
+            f"  {c.id}: {c.status.value}: {c.summary}" for c in failed + noted
+        ]
+        finish(state, message, severity, lines)
         return code
 
+    def expired() -> None:
+        message = f"prolog {where()}: INTERNAL ERROR: the {opts.budget:g} s budget ran out writing the verdict"
+        say(f"clustercheck: {message}", sys.stderr)
+        syslog(message, LOG_ERR, log_socket or DEFAULT_SYSLOG)
 
-# -- the fast path: `clustercheck prolog ...` without Typer --------------------------------------------
+    with Watchdog(opts.budget - (time.monotonic() - start), expired, policy_code):
+        return judged()
+
+
+# -- the prolog's command line, read without Typer (and without ever giving up) -----------------------
 
 PROLOG_OPTIONS = {
     "--profile": "profile",
@@ -564,24 +923,63 @@ PROLOG_OPTIONS = {
     "--on-internal-error": "on_internal_error",
     "--syslog-socket": "syslog_socket",
 }
+PROLOG_FLAGS = {"--dry-run": "dry_run", "--trust-fixture-code": "trust_fixture_code", "--debug": "debug"}
 
 
-def prolog_options(opts: dict[str, Any]) -> PrologOptions | None:
-    """PrologOptions from `cli.plain_options(args, PROLOG_OPTIONS)`; None when a value is not
-    plainly valid (Typer then parses the arguments and reports the mistake its usual way)."""
-    values: dict[str, Any] = {k: v for k, v in opts.items() if k != "checks"}
-    if "budget" in values:
-        try:
-            values["budget"] = float(values["budget"])
-        except ValueError:
-            return None
-        if not 0.1 <= values["budget"] < 1e6:
-            return None
-    if "replay" in values:
-        values["replay"] = Path(values["replay"])
-    if values.get("on_internal_error", "pass") not in ("pass", "fail"):
-        return None
-    return PrologOptions(checks_dirs=tuple(Path(c) for c in opts["checks"]), **values)
+def parse_prolog_args(args: Sequence[str]) -> tuple[PrologOptions, str | None]:
+    """The prolog's options from its command line, and what was wrong with it (None: nothing).
+
+    A Prolog= line runs on every node at every job start: a mistake in it must not drain the
+    cluster, so this never fails. It reads every option it knows, keeps the defaults for what
+    it cannot read (the --on-internal-error policy included, when its value is wrong), and
+    says what it could not; `prolog()` then follows the policy, naming the mistake.
+    """
+    values: dict[str, Any] = {}
+    checks: list[Path] = []
+    problems: list[str] = []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        name, eq, inline = arg.partition("=")
+        if not eq and arg in PROLOG_FLAGS:
+            values[PROLOG_FLAGS[arg]] = True
+            continue
+        if name not in PROLOG_OPTIONS:
+            problems.append(f"unknown option {arg!r}" if arg.startswith("-") else f"unexpected argument {arg!r}")
+            continue
+        if eq:
+            value = inline
+        elif rest and rest[0].partition("=")[0] not in {**PROLOG_OPTIONS, **PROLOG_FLAGS}:
+            value = rest.pop(0)
+        else:
+            problems.append(f"{name} needs a value")
+            continue
+        key = PROLOG_OPTIONS[name]
+        if key == "checks":
+            checks.append(Path(value))
+            continue
+        if key in values:
+            problems.append(f"{name} given twice")
+        if key == "budget":
+            try:
+                budget = float(value)
+            except ValueError:
+                budget = -1.0
+            if not 0.1 <= budget < 1e6:
+                problems.append(f"--budget {value!r} is not a number of seconds from 0.1 on")
+                continue
+            values[key] = budget
+        elif key == "on_internal_error":
+            if value not in ("pass", "fail"):
+                problems.append(f"--on-internal-error {value!r} is not pass or fail")
+                continue
+            values[key] = value
+        elif key == "replay":
+            values[key] = Path(value)
+        else:
+            values[key] = value
+    options = PrologOptions(checks_dirs=tuple(checks), **values)
+    return options, ("; ".join(problems) or None)
 
 
 # -- the node as slurmctld sees it ---------------------------------------------------------------------
@@ -647,6 +1045,14 @@ def parse_scontrol_show_node(text: str, node: str) -> NodeState:
 
 # -- health: what to do ----------------------------------------------------------------------------------
 
+#: A `Prolog error` drain is clustercheck's when its prolog failed the node at most this long before
+#: Slurm drained it (the verdict is written as the prolog exits; slurmctld drains on its report)...
+PROLOG_EVIDENCE_WINDOW = 600.0
+#: ...and at most this long after it (scontrol's reason time has whole seconds; clocks drift a little).
+CLOCK_SLACK = 60.0
+#: How many reasons the health record keeps per node.
+RECORD_KEEP = 20
+
 
 class Decision(NamedTuple):
     """What `clustercheck health` does to a node: drain (with `reason`), resume, or nothing."""
@@ -654,6 +1060,7 @@ class Decision(NamedTuple):
     action: str  # "drain", "resume", "none"
     why: str
     reason: str | None = None
+    check: str | None = None  # the check the drain is for (kept in the health record)
 
     def argv(self, node: str, scontrol: str = "scontrol") -> list[str] | None:
         """The scontrol command that carries the decision out (None for "none")."""
@@ -664,59 +1071,164 @@ class Decision(NamedTuple):
         return None
 
 
-def decide(node: NodeState, checks: Sequence[CheckResult], prolog_state: Mapping[str, Any] | None) -> Decision:
-    """The health decision for one node: pure, so every branch is tested without Slurm."""
+def reason_time(node: NodeState) -> float | None:
+    """The epoch at which the node's reason was set (scontrol's `[user@2026-11-29T22:39:14]`,
+    local time), or None when scontrol did not say."""
+    if not node.reason_set_by or "@" not in node.reason_set_by:
+        return None
+    stamp = node.reason_set_by.rsplit("@", 1)[1]
+    try:
+        return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+
+
+def recorded_drain(node: NodeState, record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The entry of the health record for the node's current reason, when clustercheck set it.
+
+    Owning a drain takes more than the `clustercheck:` prefix (an admin may write `clustercheck:
+    ... HOLD for RMA, do not resume`): the very reason must be one clustercheck set on this node
+    and kept a record of, and scontrol's time for it must be the time it was set then.
+    """
+    if not record or record.get("node") != node.name or not owns(node.reason):
+        return None
+    drains = record.get("drains")
+    if not isinstance(drains, list):
+        return None
+    shown_at = reason_time(node)
+    for entry in reversed(drains):
+        if not isinstance(entry, dict) or entry.get("reason") != node.reason:
+            continue
+        stamp = entry.get("timestamp")
+        if shown_at is None or not isinstance(stamp, (int, float)) or abs(shown_at - stamp) > CLOCK_SLACK:
+            continue  # the same words, set again later by someone else
+        return entry
+    return None
+
+
+def _why_not_resume(checks: Sequence[CheckResult], entry: Mapping[str, Any]) -> str | None:
+    """Why passing checks are not yet evidence the drain's cause is gone (None: they are)."""
+    for c in checks:
+        data = c.data if isinstance(c.data, Mapping) else {}
+        if c.status is Status.SKIP and data.get("hardware_absent"):
+            return f"{c.id} skipped because the hardware it judges is not visible ({c.summary}): that is not a pass"
+    drained_for = entry.get("check")
+    for c in checks:
+        data = c.data if isinstance(c.data, Mapping) else {}
+        window = data.get("window")
+        if c.id == drained_for and isinstance(window, str) and window != "boot":
+            return (
+                f"{c.id} looked only {window}: what it drained for is gone only after a reboot or a reset "
+                "(resume by hand once fixed: scontrol update NodeName=... State=RESUME)"
+            )
+    return None
+
+
+def decide(
+    node: NodeState,
+    checks: Sequence[CheckResult],
+    prolog_state: Mapping[str, Any] | None,
+    record: Mapping[str, Any] | None = None,
+) -> Decision:
+    """The health decision for one node: pure, so every branch is tested without Slurm.
+
+    `record` is what the health record file holds: the reasons clustercheck set on this node.
+    """
     failed = [c for c in checks if c.status is Status.FAIL]
     errors = [c for c in checks if c.status is Status.ERROR]
     want = drain_reason(failed) if failed else None
+    first = failed[0].id if failed else None
     shown = f"{node.state}" + (f", reason {node.reason!r}" if node.reason else "")
 
     if node.reboot_pending:
         return Decision("none", f"{node.name} has a reboot pending ({shown}): draining or resuming could cancel it")
-    if node.drained and owns(node.reason):
+    entry = recorded_drain(node, record) if node.drained else None
+    if entry is not None:
         if want is not None:
             if want == node.reason:
                 return Decision("none", f"already drained by clustercheck for this: {node.reason}")
-            return Decision("drain", f"still failing; the reason changes from {node.reason!r}", want)
+            return Decision("drain", f"still failing; the reason changes from {node.reason!r}", want, first)
         if errors:
             return Decision(
                 "none",
                 f"drained by clustercheck; {len(errors)} check(s) could not tell "
                 f"({errors[0].id}: {errors[0].summary}): the drain stays until every check passes",
             )
+        blocked = _why_not_resume(checks, entry)
+        if blocked is not None:
+            return Decision("none", f"drained by clustercheck; the drain stays: {blocked}")
         return Decision("resume", f"every check passes ({_counts(checks)}): resuming clustercheck's own drain")
-    if node.drained and node.reason == PROLOG_ERROR and _prolog_failed(prolog_state, node.name):
-        assert prolog_state is not None
-        job = (prolog_state.get("job") or {}).get("job_id") if isinstance(prolog_state.get("job"), dict) else None
-        prolog_reason = str(prolog_state.get("reason") or f"{REASON_PREFIX} the prolog failed the node")
-        refined = sanitize_reason(prolog_reason + (f" (prolog of job {job})" if job else " (prolog)"))
-        if want is not None:
-            return Decision("drain", "Slurm drained it for the clustercheck prolog's failure; it still fails", want)
+    if node.drained and node.reason == PROLOG_ERROR:
+        evidence, why_not = _prolog_evidence(prolog_state, node)
+        if evidence:
+            assert prolog_state is not None
+            job = _job_id(prolog_state)
+            prolog_reason = str(prolog_state.get("reason") or f"{REASON_PREFIX} the prolog failed the node")
+            refined = sanitize_reason(prolog_reason + f" (prolog of job {job})")
+            check = next(
+                (
+                    c.get("id")
+                    for c in prolog_state.get("checks") or []
+                    if isinstance(c, dict) and c.get("status") == "fail"
+                ),
+                None,
+            )
+            if want is not None:
+                return Decision(
+                    "drain", "Slurm drained it for the clustercheck prolog's failure; it still fails", want, first
+                )
+            return Decision(
+                "drain",
+                f"Slurm drained it as {PROLOG_ERROR!r} for the clustercheck prolog's failure: naming the reason "
+                "(a later run resumes it if every check still passes)",
+                refined,
+                str(check) if check else None,
+            )
         return Decision(
-            "drain",
-            f"Slurm drained it as {PROLOG_ERROR!r} for the clustercheck prolog's failure: naming the reason "
-            "(a later run resumes it if every check still passes)",
-            refined,
+            "none",
+            f"{node.name} is {shown}, not set by clustercheck: left alone (the clustercheck prolog "
+            f"did not fail it, as far as it can tell: {why_not})",
         )
     if node.drained or node.down or "FAIL" in node.flags or node.base in ("FAIL", "FAILING", "MAINT"):
         why = f"{node.name} is {shown}, not set by clustercheck: left alone"
-        if node.reason == PROLOG_ERROR:
-            why += " (the clustercheck prolog did not fail it: another prolog script did, or its state file is gone)"
+        if owns(node.reason):
+            why += " (its words look like clustercheck's, but clustercheck keeps no record of setting them)"
         return Decision("none", why)
     if want is not None:
-        return Decision("drain", f"{len(failed)} check(s) failed", want)
+        return Decision("drain", f"{len(failed)} check(s) failed", want, first)
     return Decision("none", f"healthy ({_counts(checks)}); {node.name} is {shown}")
 
 
-def _prolog_failed(state: Mapping[str, Any] | None, node: str) -> bool:
-    """Whether the prolog's state file says clustercheck made this node's prolog fail.
+def _job_id(state: Mapping[str, Any]) -> str | None:
+    job = state.get("job")
+    value = job.get("job_id") if isinstance(job, dict) else None
+    return str(value) if value else None
 
-    After a `Prolog error` drain no job starts on the node, so its last prolog state is from the
-    job whose prolog drained it: if clustercheck passed that one, another prolog script failed.
-    """
-    if not state or state.get("node") != node or state.get("mode") != "prolog":
-        return False
-    return state.get("verdict") == "fail" or (state.get("verdict") == "internal-error" and state.get("exit_code") != 0)
+
+def _prolog_evidence(state: Mapping[str, Any] | None, node: NodeState) -> tuple[bool, str]:
+    """Whether the prolog's state file shows clustercheck's prolog made this `Prolog error` drain:
+    written for this node, by the prolog of a job (slurmd sets SLURM_JOB_ID), with a failing
+    verdict, just before the drain's time. (True, "") or (False, why not)."""
+    if not state:
+        return False, "no prolog state file"
+    if state.get("mode") != "prolog" or state.get("node") != node.name:
+        return False, f"the prolog state file is for {state.get('mode')} of node {state.get('node')}"
+    if not (
+        state.get("verdict") == "fail" or (state.get("verdict") == "internal-error" and state.get("exit_code") != 0)
+    ):
+        return False, f"its last verdict was {state.get('verdict')!r} (another prolog script failed it?)"
+    if _job_id(state) is None:
+        return False, "the failing verdict names no job: it was not a Slurm prolog"
+    drained_at = reason_time(node)
+    stamp = state.get("timestamp")
+    if drained_at is None or not isinstance(stamp, (int, float)):
+        return False, "the drain's time or the verdict's time is unknown"
+    if not drained_at - PROLOG_EVIDENCE_WINDOW <= stamp <= drained_at + CLOCK_SLACK:
+        return False, (
+            f"its failing verdict (job {_job_id(state)}, {state.get('time')}) is not from the job the drain "
+            f"followed (drained {node.reason_set_by})"
+        )
+    return True, ""
 
 
 # -- health: doing it --------------------------------------------------------------------------------------
@@ -735,6 +1247,31 @@ class HealthOptions(NamedTuple):
     syslog_socket: str = DEFAULT_SYSLOG
     fmt: str = "table"
     debug: bool = False
+    record_file: str | None = None  # None: DEFAULT_RECORD_FILE, or beside a --state-file given
+    trust_fixture_code: bool = False
+
+
+#: The reasons health set (on persistent storage: a drain outlives a reboot, and so must its record).
+DEFAULT_RECORD_FILE = "/var/lib/clustercheck/health-{node}.json"
+
+
+def record_template(opts: HealthOptions) -> str:
+    """The health record's path template: --record-file; else beside a --state-file that is not the
+    default (`prolog` in its name becomes `health`); else DEFAULT_RECORD_FILE."""
+    if opts.record_file:
+        return opts.record_file
+    if opts.state_file and opts.state_file != DEFAULT_STATE_FILE:
+        path = Path(opts.state_file)
+        name = path.name.replace("prolog", "health", 1) if "prolog" in path.name else f"health-{path.name}"
+        return str(path.with_name(name))
+    return DEFAULT_RECORD_FILE
+
+
+def add_to_record(record: Mapping[str, Any] | None, node: str, reason: str, check: str | None) -> dict[str, Any]:
+    stamp, epoch = _now()
+    drains = [d for d in (record or {}).get("drains") or [] if isinstance(d, dict)] if record else []
+    drains.append({"reason": reason, "check": check, "time": stamp, "timestamp": epoch})
+    return {"clustercheck": __version__, "mode": "health", "node": node, "drains": drains[-RECORD_KEEP:]}
 
 
 def _scontrol(argv: list[str], timeout: float) -> CommandResult:
@@ -747,19 +1284,18 @@ def health(opts: HealthOptions, env: Mapping[str, str] | None = None, out: TextI
     """`clustercheck health`: run the profile, then drain, resume or leave the node; the exit code
     is the report's (Slurm ignores it)."""
     start = time.monotonic()
+    ensure_std_fds()
     out = out or sys.stdout
     env = os.environ if env is None else env
     ensure_path()
     node = opts.node or env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     # scontrol may need two calls after the checks (show, update): keep time for them
     reserve = min(2 * opts.scontrol_timeout + 1.0, opts.budget / 2)
+    state_file = state_path(opts.state_file, node) if opts.state_file else None
+    record_file = state_path(record_template(opts), node)
+    set_state_folder(state_file.parent if state_file else None, writable=not opts.dry_run)
 
-    def expired() -> None:
-        message = f"health node {node}: the {opts.budget:g} s budget ran out; nothing was changed"
-        print(f"clustercheck: {message}", file=sys.stderr)
-        syslog(message, LOG_ERR, opts.syslog_socket)
-
-    with Watchdog(opts.budget, expired, int(ExitCode.ERROR)):
+    def work() -> dict[str, Any]:
         transports = _transports(opts.replay, None if opts.replay else node)
         report = _run_checks(
             opts.profile,
@@ -767,8 +1303,38 @@ def health(opts: HealthOptions, env: Mapping[str, str] | None = None, out: TextI
             opts.checks_dirs,
             opts.budget - reserve - (time.monotonic() - start),
             debug=opts.debug,
+            trust_fixture_code=opts.trust_fixture_code,
         )
-        checks = list(report.hosts[0].checks) if report.hosts else []
+        return report.to_json()
+
+    outcome = run_bounded(work, opts.budget - reserve + 0.5 - (time.monotonic() - start), debug=opts.debug)
+    if outcome.killed:
+        message = (
+            f"health node {node}: the checks did not finish within the {opts.budget:g} s budget (their process "
+            "and everything it started were killed); nothing was changed"
+        )
+        syslog(message, LOG_ERR, opts.syslog_socket)
+        raise ClusterCheckError(message)
+    if outcome.payload is None:
+        if outcome.crash_kind == "usage":
+            raise UsageError(str(outcome.crash))
+        if outcome.crash_kind == "error":
+            raise ClusterCheckError(str(outcome.crash))
+        raise ClusterCheckError(
+            f"health node {node}: could not judge the node, so nothing was changed: "
+            + (outcome.crash or f"the process running the checks {outcome.died}")
+        )
+    payload: dict[str, Any] = outcome.payload
+
+    def expired() -> None:
+        message = f"health node {node}: the {opts.budget:g} s budget ran out; nothing more was changed"
+        say(f"clustercheck: {message}", sys.stderr)
+        syslog(message, LOG_ERR, opts.syslog_socket)
+
+    with Watchdog(opts.budget - (time.monotonic() - start), expired, int(ExitCode.ERROR)):
+        _, _, checks = _checks_of(payload)
+        if not opts.dry_run:
+            write_markers(checks)
         left = max(0.5, opts.budget - (time.monotonic() - start) - 0.5)
         shown = _scontrol([opts.scontrol, "show", "node", node], min(opts.scontrol_timeout, left / 2))
         if not shown.ok:
@@ -781,11 +1347,23 @@ def health(opts: HealthOptions, env: Mapping[str, str] | None = None, out: TextI
             state = parse_scontrol_show_node(shown.stdout, node)
         except ValueError as exc:
             raise ClusterCheckError(f"{exc}; nothing was changed") from exc
-        prolog_state = read_state(state_path(opts.state_file, node))
-        decision = decide(state, checks, prolog_state)
+        prolog_state = read_state(state_file) if state_file else None
+        record = read_state(record_file)
+        decision = decide(state, checks, prolog_state, record)
         argv = decision.argv(node, opts.scontrol)
         done: CommandResult | None = None
         if argv is not None and not opts.dry_run:
+            if decision.action == "drain":
+                # the record first: a drain clustercheck set but did not record stays (safe), never
+                # the other way round
+                try:
+                    write_state(record_file, add_to_record(record, node, decision.reason or "", decision.check))
+                except OSError as exc:
+                    raise ClusterCheckError(
+                        f"health node {node}: would drain ({decision.reason}), but cannot keep its record in "
+                        f"{record_file} ({exc.strerror or exc}), without which it could never resume it; "
+                        "nothing was changed"
+                    ) from exc
             done = _scontrol(argv, min(opts.scontrol_timeout, max(0.5, opts.budget - (time.monotonic() - start))))
             if done.ok:
                 verb = "drained" if decision.action == "drain" else "resumed"
@@ -798,38 +1376,42 @@ def health(opts: HealthOptions, env: Mapping[str, str] | None = None, out: TextI
         elif argv is None and any(c.status is Status.FAIL for c in checks):
             syslog(f"health node {node}: failing checks, but {decision.why}", LOG_INFO, opts.syslog_socket)
 
-    if opts.fmt == "json":
-        json.dump(
-            {
-                "clustercheck": __version__,
-                "node": node,
-                "state": state.state,
-                "reason": state.reason,
-                "action": decision.action,
-                "why": decision.why,
-                "new_reason": decision.reason,
-                "command": argv,
-                "dry_run": opts.dry_run,
-                "done": None if done is None else done.ok,
-                "report": report.to_json(),
-            },
-            out,
-            indent=2,
-        )
-        print(file=out)
-    else:
-        from clustercheck import formats
-
-        formats.render(report, "table", out)
-        print(f"{node}: {state.state}" + (f", reason: {state.reason}" if state.reason else ""), file=out)
-        if argv is None:
-            print(f"{node}: nothing to do: {decision.why}", file=out)
-        elif opts.dry_run:
-            print(f"{node}: would {decision.action} ({decision.why}):\n  {shlex.join(argv)}", file=out)
+        if opts.fmt == "json":
+            text = json.dumps(
+                {
+                    "clustercheck": __version__,
+                    "node": node,
+                    "state": state.state,
+                    "reason": state.reason,
+                    "action": decision.action,
+                    "why": decision.why,
+                    "new_reason": decision.reason,
+                    "command": argv,
+                    "dry_run": opts.dry_run,
+                    "done": None if done is None else done.ok,
+                    "report": payload,
+                },
+                indent=2,
+            )
+            say(text, out)
         else:
-            print(f"{node}: {decision.action}: {decision.why}\n  {shlex.join(argv)}", file=out)
-    out.flush()
+            import io
+
+            from clustercheck import formats
+
+            host, profile_name, _ = _checks_of(payload)
+            buffer = io.StringIO()
+            formats.render(Report(__version__, profile_name, (HostReport(host, tuple(checks)),)), "table", buffer)
+            lines = [buffer.getvalue().rstrip("\n")]
+            lines.append(f"{node}: {state.state}" + (f", reason: {state.reason}" if state.reason else ""))
+            if argv is None:
+                lines.append(f"{node}: nothing to do: {decision.why}")
+            elif opts.dry_run:
+                lines.append(f"{node}: would {decision.action} ({decision.why}):\n  {shlex.join(argv)}")
+            else:
+                lines.append(f"{node}: {decision.action}: {decision.why}\n  {shlex.join(argv)}")
+            say("\n".join(lines), out)
     if done is not None and not done.ok:
         detail = (done.stderr or done.stdout).strip()
         raise ClusterCheckError(f"`{shlex.join(argv or [])}` failed: {done.describe()}: {detail}")
-    return int(report.exit_code)
+    return int(Report(__version__, "", (HostReport(node, tuple(checks)),)).exit_code)

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from clustercheck import cli, slurm
-from clustercheck.commands.prolog import ChecksDirOpt, ReplayOpt, SlurmProfileOpt, SyslogOpt
+from clustercheck.commands.prolog import ChecksDirOpt, ReplayOpt, SlurmProfileOpt, SyslogOpt, TrustOpt
 
 
 class HealthFormat(str, Enum):
@@ -41,16 +41,26 @@ def health(
             "--state-file", help="The prolog's state file, to explain a 'Prolog error' drain ({node}: the node)."
         ),
     ] = slurm.DEFAULT_STATE_FILE,
+    record_file: Annotated[
+        str | None,
+        typer.Option(
+            "--record-file",
+            help="Where health keeps the drain reasons it set (only those it resumes; {node}: the node) "
+            f"[default: beside a --state-file given, else {slurm.DEFAULT_RECORD_FILE}].",
+        ),
+    ] = None,
     scontrol: Annotated[str, typer.Option("--scontrol", help="The scontrol command to use.")] = "scontrol",
     fmt: Annotated[HealthFormat, typer.Option("--format", "-f", help="Output format.")] = HealthFormat.table,
     syslog_socket: SyslogOpt = slurm.DEFAULT_SYSLOG,
+    trust_fixture_code: TrustOpt = False,
 ) -> None:
     """Check this node (slurm.conf HealthCheckProgram=) and drain or resume it, safely.
 
-    A failed check drains the node with Reason="clustercheck: <check>: <summary>". A node
-    drained with any other reason is never touched; a node drained by clustercheck is resumed
-    once every check passes. Slurm's bare "Prolog error" is replaced by the reason in the
-    prolog's state file when clustercheck's prolog caused it. Running it again changes nothing.
+    A failed check drains the node with Reason="clustercheck: <check>: <summary>" and keeps a
+    record of that reason. Only a reason it recorded is ever resumed, once every check passes;
+    any other drain is never touched. Slurm's bare "Prolog error" is replaced by the reason in
+    the prolog's state file when that file shows clustercheck's prolog failed this node for the
+    job the drain followed. Running it again changes nothing.
     """
     options = slurm.HealthOptions(
         profile=profile,
@@ -64,6 +74,8 @@ def health(
         syslog_socket=syslog_socket,
         fmt=fmt.value,
         debug=cli.state.debug,
+        record_file=record_file,
+        trust_fixture_code=trust_fixture_code,
     )
     cli.state.exit_code = slurm.health(options)
 

@@ -38,6 +38,13 @@ ChecksDirOpt = Annotated[
     list[Path] | None, typer.Option("--checks", help="A folder of site check modules (repeatable).")
 ]
 SyslogOpt = Annotated[str, typer.Option("--syslog-socket", help="The syslog socket ('' for none).")]
+TrustOpt = Annotated[
+    bool,
+    typer.Option(
+        "--trust-fixture-code",
+        help="Let the profile a --replay fixture names load its own check code (check_dirs, extends).",
+    ),
+]
 
 
 def prolog(
@@ -51,11 +58,13 @@ def prolog(
     replay: ReplayOpt = None,
     checks_dir: ChecksDirOpt = None,
     state_file: Annotated[
-        str,
+        str | None,
         typer.Option(
-            "--state-file", help="Where the verdict is written as JSON; {node} is replaced by the node's name."
+            "--state-file",
+            help="Where the verdict is written as JSON; {node} is replaced by the node's name; '' for none "
+            f"[default: {slurm.DEFAULT_STATE_FILE}; with --replay or --dry-run: none].",
         ),
-    ] = slurm.DEFAULT_STATE_FILE,
+    ] = None,
     on_internal_error: Annotated[
         OnInternalError,
         typer.Option(
@@ -64,7 +73,19 @@ def prolog(
             "(logged loudly) or fail it (Slurm drains it).",
         ),
     ] = OnInternalError.pass_,
-    syslog_socket: SyslogOpt = slurm.DEFAULT_SYSLOG,
+    syslog_socket: Annotated[
+        str | None,
+        typer.Option(
+            "--syslog-socket",
+            help=f"The syslog socket ('' for none) [default: {slurm.DEFAULT_SYSLOG}; with --replay and no "
+            "--state-file, or --dry-run: none].",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Judge the node and show what would be written; write and log nothing."),
+    ] = False,
+    trust_fixture_code: TrustOpt = False,
 ) -> None:
     """Judge this node for the job about to start (slurm.conf Prolog=): exit non-zero only when
     it must not run the job.
@@ -72,7 +93,9 @@ def prolog(
     Reads SLURMD_NODENAME, SLURM_JOB_ID and the job's GPUs from the prolog environment, never
     calls Slurm commands, and writes the verdict to syslog and to the state file. A failed check
     exits 2: Slurm drains the node ("Prolog error") and requeues the job. Warnings and checks
-    that could not tell let the job run.
+    that could not tell let the job run, and so does every fault of clustercheck itself (a
+    mistake on this command line, a closed stdout, a crash, the budget), unless
+    --on-internal-error fail: it is said on stderr and in syslog.
     """
     options = slurm.PrologOptions(
         profile=profile,
@@ -83,6 +106,8 @@ def prolog(
         on_internal_error=on_internal_error.value,
         syslog_socket=syslog_socket,
         debug=cli.state.debug,
+        dry_run=dry_run,
+        trust_fixture_code=trust_fixture_code,
     )
     cli.state.exit_code = slurm.prolog(options)
 
