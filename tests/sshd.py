@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import itertools
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +31,8 @@ import pytest
 
 SSHD = "/usr/sbin/sshd"
 ALIAS = "testnode"
+USER_KEYS = ".clustercheck-test-authorized-keys"  # in a login_user()'s home: no real user has one
+_USERS = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ def start_sshd(folder: Path) -> tuple[SSHServer, subprocess.Popen[bytes]]:
         pytest.fail("ssh-keygen is missing: install Debian's openssh-client")
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # Debian's sshd wants its privsep folder
     folder.mkdir(parents=True, exist_ok=True)
-    home = folder / "home"  # the sessions' HOME: no rc files to slow logins down
+    home = folder / "home"  # the test user's sessions' HOME: no rc files to slow logins down
     home.mkdir(exist_ok=True)
     for name in ("host_ed25519", "client_ed25519", "wrong_ed25519"):
         _keygen(folder / name)
@@ -87,17 +91,18 @@ def start_sshd(folder: Path) -> tuple[SSHServer, subprocess.Popen[bytes]]:
 ListenAddress 127.0.0.1
 HostKey {folder}/host_ed25519
 PidFile {folder}/sshd.pid
-AuthorizedKeysFile {folder}/authorized_keys
+AuthorizedKeysFile {folder}/authorized_keys %h/{USER_KEYS}
 PubkeyAuthentication yes
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 PermitRootLogin prohibit-password
 UsePAM no
 StrictModes no
-SetEnv HOME={home}
 LogLevel VERBOSE
 MaxStartups 100:30:200
 Subsystem sftp internal-sftp
+Match User {user}
+    SetEnv HOME={home}
 """
     )
     log = folder / "sshd.log"
@@ -173,6 +178,41 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHServer]:
         stop_sshd(server, proc)
 
 
+# -- users with another login shell ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def login_user(shell: str, key: Path) -> Iterator[str]:
+    """A throwaway local user whose login shell is `shell` (e.g. /usr/bin/fish), removed after.
+
+    The test sshd lets it in with the public key `key` (e.g. the server's client_key + .pub). Needs
+    root (useradd) and the shell installed (Debian: apt-get install fish tcsh); skips otherwise.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("a user with another login shell can only be made as root (useradd)")
+    if not os.access(shell, os.X_OK) or not shutil.which("useradd"):
+        pytest.skip(f"{shell} is not installed (Debian: apt-get install {os.path.basename(shell)})")
+    name = f"cc{os.path.basename(shell)}{os.getpid()}x{next(_USERS)}"[:32]
+    home = Path(tempfile.mkdtemp(prefix=f"{name}-", dir="/tmp"))  # not under pytest's 0700 folder
+    try:
+        # -p '*': no password, yet not locked (sshd without PAM refuses a locked "!" account)
+        add = ["useradd", "-M", "-d", str(home), "-s", shell, "-p", "*", name]
+        subprocess.run(add, check=True, capture_output=True)
+        keys = home / USER_KEYS  # sshd reads keys as the user: pytest's folders are 0700
+        keys.write_text(key.read_text())
+        for path in (home, keys):
+            shutil.chown(path, name, name)
+        yield name
+    finally:
+        for _ in range(50):  # userdel refuses while a process of the user lives (sshd's, being reaped)
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+            gone = subprocess.run(["userdel", name], capture_output=True)
+            if gone.returncode in (0, 6):  # 6: no such user (useradd failed)
+                break
+            time.sleep(0.1)
+        shutil.rmtree(home, ignore_errors=True)
+
+
 # -- many "nodes": one address each on loopback ---------------------------------------------------
 
 #: OpenSSH accepts at most 16 ListenAddress lines per daemon (MAX_LISTEN_SOCKS).
@@ -199,7 +239,8 @@ def start_fleet(server: SSHServer, addresses: list[str], folder: Path) -> tuple[
         chunk = addresses[n : n + MAX_LISTEN]
         config = folder / f"sshd_config.{n // MAX_LISTEN}"
         listen = "".join(f"ListenAddress {a}\n" for a in chunk)
-        config.write_text(f"{base}\n{listen}PidFile {folder}/sshd.{n // MAX_LISTEN}.pid\n")
+        top, match, rest = base.partition("\nMatch ")  # global options go before the Match block
+        config.write_text(f"{top}\n{listen}PidFile {folder}/sshd.{n // MAX_LISTEN}.pid\n{match.lstrip()}{rest}\n")
         log = folder / f"sshd.{n // MAX_LISTEN}.log"
         procs.append(subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)], stdin=subprocess.DEVNULL))
     deadline = time.monotonic() + 15
