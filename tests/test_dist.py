@@ -75,6 +75,11 @@ def run(python: Path, pyz: Path, *args: str | Path, cache: Path, cwd: Path = REP
     )
 
 
+def builds(cache: Path) -> list[Path]:
+    """What is in the cache folder but its lock file."""
+    return sorted(p for p in cache.iterdir() if p.name != ".lock")
+
+
 def one_line(text: str) -> str:
     assert "Traceback" not in text and "SyntaxError" not in text, text
     lines = text.strip().splitlines()
@@ -91,9 +96,10 @@ def test_version_and_checks_without_dependencies(pyz: Path, bare_python: Path, t
     assert [c["id"] for c in json.loads(listed.stdout)] == [s.id for s in registry.all_checks()]
     table = run(bare_python, pyz, "checks", cache=cache)
     assert table.returncode == 0 and "gpu.count" in table.stdout, table.stderr
-    # it ran from the cache, one folder per build, unpacked completely
-    (build,) = cache.iterdir()
+    # it ran from the cache, one folder per build, unpacked completely, the node commands compiled
+    (build,) = builds(cache)
     assert build.name.startswith(f"{__version__}-") and (build / ".complete").is_file()
+    assert list(build.glob("clustercheck/__pycache__/slurm.*.pyc")) and list(build.glob("yaml/__pycache__/*.pyc"))
     assert (build / "clustercheck" / "bare.py").is_file() and (build / "yaml" / "__init__.py").is_file()
     assert not list(build.glob("yaml/_yaml*")) and not (build / "typer").exists()
 
@@ -146,9 +152,21 @@ def test_eight_first_runs_at_once_share_one_unpacked_copy(pyz: Path, bare_python
         results = list(pool.map(step, range(8)))
     assert [r.returncode for r in results] == [2] * 8, [r.stderr for r in results]
     assert all("Traceback" not in r.stderr for r in results)
-    (build,) = cache.iterdir()  # one copy; the losers' private folders are gone
+    (build,) = builds(cache)  # one copy, no temporary folders left
     assert (build / ".complete").is_file()
     assert len(list(tmp_path.glob("state-*.json"))) == 8
+
+
+def test_a_run_killed_while_unpacking_leaves_nothing_in_the_way(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)
+    stale = cache / ".unpacking-0123456789ab-xyz"  # what a SIGKILL during the first run leaves
+    (stale / "clustercheck").mkdir(parents=True)
+    (cache / ".lock").touch()  # its lock is released by the kernel with the process
+    result = run(bare_python, pyz, "--version", cache=cache)
+    assert result.returncode == 0, result.stderr
+    (build,) = builds(cache)
+    assert (build / ".complete").is_file()
 
 
 def test_unavailable_commands_name_what_to_install(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
@@ -228,7 +246,7 @@ def test_a_truncated_copy_says_so(pyz: Path, bare_python: Path, tmp_path: Path, 
 def test_a_damaged_copy_says_so(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
     data = bytearray(pyz.read_bytes())
     middle = len(data) // 2
-    data[middle] = ord("A") if data[middle] != ord("A") else ord("B")  # still base85, wrong contents
+    data[middle] = ord("A") if data[middle] != ord("A") else ord("B")  # still base64, wrong contents
     bad = tmp_path / "clustercheck.pyz"
     bad.write_bytes(bytes(data))
     result = run(bare_python, bad, "--version", cache=tmp_path / "cache")

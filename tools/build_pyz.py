@@ -4,7 +4,7 @@
     python tools/build_pyz.py --source . -o /tmp/clustercheck.pyz      (from a checkout: tests)
 
 The file is tools/pyz_boot.py (a version check that parses under any Python, then an unpacker)
-followed by a zip in base85 comment lines: clustercheck (from the wheel, or laid out as the wheel
+followed by a zip in base64 comment lines: clustercheck (from the wheel, or laid out as the wheel
 lays it out) and the pure-Python dependencies as installed beside the Python running this script
 (the venv's pinned versions; nothing is downloaded). The dependencies whose cores are C
 extensions — typer (pydantic_core), paramiko (cryptography, bcrypt, PyNaCl), psutil — are not
@@ -45,7 +45,7 @@ SKIP_META = ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")
 # A checkout laid out as pyproject.toml's [tool.setuptools.package-dir] installs it.
 SOURCE_DIRS = {"clustercheck": "src/clustercheck", "clustercheck/checks": "checks", "clustercheck/profiles": "profiles"}
 SOURCE_FILES = re.compile(r".*\.(py|json|yaml)$|^py\.typed$")
-LINE = 120  # base85 characters per comment line
+LINE = 120  # base64 characters per comment line
 
 
 class BuildError(Exception):
@@ -165,7 +165,7 @@ def render(files: dict[str, bytes]) -> bytes:
     head = (top + "".join(f"#|{line}\n" for line in boot.splitlines()) + "#|end\n").encode("utf-8")
     if len(head) >= BOOT_LIMIT:
         raise BuildError(f"{BOOT} is too long: the first {BOOT_LIMIT} bytes must hold it")
-    text = base64.b85encode(raw)
+    text = base64.b64encode(raw)
     lines = [b"#" + text[i : i + LINE] for i in range(0, len(text), LINE)]
     return head + b"# clustercheck payload begins\n" + b"\n".join(lines) + b"\n# clustercheck payload ends\n"
 
