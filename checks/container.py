@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from clustercheck import Host, Result, Size, check, fail, ok, skip
+from clustercheck.errors import CommandTimeout, HostError
 from clustercheck.registry import human_size
 
 from .rdma import (  # relative: mypy sees checks/ as its own package
@@ -39,6 +40,7 @@ from .rdma import (  # relative: mypy sees checks/ as its own package
     show_limit,
     span,
 )
+from .stack import image_trouble
 
 # -- what the image lacks ------------------------------------------------------------------
 
@@ -223,6 +225,7 @@ def judge(
     *,
     runtime: str,
     argv: Sequence[str],
+    image: str,
     required: bool,
     providers: Sequence[str],
     min_memlock: Size,
@@ -239,7 +242,15 @@ def judge(
     host_devices = needed_devices(node)
     if not host_devices and not node.hcas:
         return skip("the host has no RDMA devices to pass into containers (see rdma.devices)")
-    probe = image_probe(host, argv)
+    try:
+        probe = image_probe(host, argv)
+    except CommandTimeout:
+        raise
+    except HostError as exc:  # the runtime did not start the image: say what is wrong with the file, if anything
+        trouble = image_trouble(host, image) if image else ""
+        if trouble:
+            raise HostError(host.name, f"{exc}. Cause: {trouble}") from None
+        raise
     gap = compare(node, probe, providers, min_memlock)
     evidence = [f"{runtime}: {version}", *probe_evidence(probe)]
     data: dict[str, object] = {
@@ -319,6 +330,7 @@ def apptainer_rdma(
         host,
         runtime="apptainer",
         argv=argv,
+        image=image,
         required=required,
         providers=providers,
         min_memlock=min_memlock,
@@ -392,6 +404,7 @@ def enroot_rdma(
         host,
         runtime="enroot",
         argv=argv,
+        image=image,
         required=required,
         providers=providers,
         min_memlock=min_memlock,

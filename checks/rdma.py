@@ -342,10 +342,14 @@ def verbs_libraries(paths: Iterable[str]) -> tuple[list[str], dict[str, str]]:
 # -- gathering -------------------------------------------------------------------------------
 
 # Where libibverbs.so.1 lives on RHEL (lib64), Debian/Ubuntu (multiarch) and in images, plus
-# LD_LIBRARY_PATH; providers sit in <libdir>/libibverbs/lib<name>-rdmav<ABI>.so (rdma-core).
+# LD_LIBRARY_PATH and the folders /etc/ld.so.conf.d/*.conf adds to the loader's search (a site
+# build under a prefix; read with sh builtins only, as an image may lack cat and grep);
+# providers sit in <libdir>/libibverbs/lib<name>-rdmav<ABI>.so (rdma-core).
 LIBRARY_SCAN = (
     "for d in /usr/lib64 /lib64 /usr/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu "
-    "/usr/lib/powerpc64le-linux-gnu $(echo \"${LD_LIBRARY_PATH:-}\" | tr ':' ' '); do "
+    "/usr/lib/powerpc64le-linux-gnu $(echo \"${LD_LIBRARY_PATH:-}\" | tr ':' ' ') "
+    '$(for c in /etc/ld.so.conf.d/*.conf; do [ -r "$c" ] && while read -r l _; do '
+    'case "$l" in /*) echo "$l";; esac; done < "$c"; done); do '
     'for f in "$d"/libibverbs.so.1 "$d"/libibverbs/lib*-rdmav*.so; do [ -e "$f" ] && echo "$f"; done; '
     "done"
 )

@@ -31,30 +31,49 @@ from clustercheck.errors import HostError
 
 from .gpu import gpus
 
-# The directories searched for libraries, besides the image's LD_LIBRARY_PATH: CUDA's own,
-# the distributions' multiarch and lib64 directories, HPC-X's and AWS's NCCL net plugins,
-# and the pip wheels of nvidia-nccl-cu12 (whose library has no version in its name).
-_LIB_DIRS = (
-    "/usr/local/cuda/lib64 /usr/local/cuda/compat /usr/local/cuda/compat/lib /usr/local/cuda/compat/lib.real "
-    "/usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/local/lib "
-    "/opt/hpcx/nccl_rdma_sharp_plugin/lib /opt/amazon/ofi-nccl/lib /opt/amazon/aws-ofi-nccl/lib "
-    "/usr/local/lib/python3*/dist-packages/nvidia/nccl/lib /usr/lib/python3*/site-packages/nvidia/nccl/lib "
-    "/opt/conda/lib/python3*/site-packages/nvidia/nccl/lib"
+# Where pip puts wheels: Debian/Ubuntu's pip as root (dist-packages), python.org builds (the
+# official python images), distribution site-packages, conda. Globs expand under $R.
+_PIP_DIRS = (
+    "/usr/local/lib/python3*/dist-packages",
+    "/usr/local/lib/python3*/site-packages",
+    "/usr/lib/python3*/dist-packages",
+    "/usr/lib/python3*/site-packages",
+    "/opt/conda/lib/python3*/site-packages",
+)
+# The directories searched for libraries, besides the image's LD_LIBRARY_PATH and the folders its
+# /etc/ld.so.conf.d/*.conf gives the loader: CUDA's own, the distributions' multiarch and lib64
+# directories, HPC-X's and AWS's NCCL net plugins, and NVIDIA's wheels (nvidia-nccl-cu12's
+# libnccl.so.2 and nvidia-cuda-runtime(-cu12)'s libcudart.so.12/.13 carry no version in their names).
+_LIB_DIRS = " ".join(
+    [
+        "/usr/local/cuda/lib64 /usr/local/cuda/compat /usr/local/cuda/compat/lib /usr/local/cuda/compat/lib.real",
+        "/usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/local/lib",
+        "/opt/hpcx/nccl_rdma_sharp_plugin/lib /opt/amazon/ofi-nccl/lib /opt/amazon/aws-ofi-nccl/lib",
+        *(f"{d}/nvidia/{lib}/lib" for d in _PIP_DIRS for lib in ("nccl", "cuda_runtime", "cu13")),
+    ]
 )
 
-#: Run inside the image (or with R=rootfs over an unpacked one). POSIX sh; prints sections.
+#: Run inside the image (or with R=rootfs over an unpacked one). POSIX sh; prints sections. It
+#: needs no tool of the image's but sh (files are read with `read`), except grep for the NCCL
+#: banner, whose absence it reports (`### missing`).
 #: The script is part of the recorded command: changing it means re-recording fixtures.
 IMAGE_SCRIPT = (
     "R=${CLUSTERCHECK_ROOT:-}\n"
+    'show() { for f in "$@"; do [ -r "$f" ] || continue; '
+    'while IFS= read -r l || [ -n "$l" ]; do printf \'%s\\n\' "$l"; done < "$f"; done; }\n'
     "echo '### version.json'\n"
-    'cat "$R/usr/local/cuda/version.json" 2>/dev/null\n'
+    'show "$R/usr/local/cuda/version.json"\n'
     "echo '### env'\n"
-    'if [ -n "$R" ]; then cat "$R/etc/environment" "$R"/.singularity.d/env/*.sh 2>/dev/null; else env; fi\n'
+    'if [ -n "$R" ]; then show "$R/etc/environment" "$R"/.singularity.d/env/*.sh; '
+    "elif command -v env >/dev/null 2>&1; then env; else export -p; fi\n"
     "echo '### libraries'\n"
     "nccl=''\n"
+    'env_dirs=$(IFS=:; for d in ${LD_LIBRARY_PATH:-}; do echo "$d"; done)\n'
+    'conf_dirs=$(for c in "$R"/etc/ld.so.conf.d/*.conf; do [ -r "$c" ] || continue; '
+    'while read -r l _; do case "$l" in /*) echo "$l";; esac; done < "$c"; done)\n'
     # globs in the directory list (python3*) expand under $R, in the inner loop only
     "set -f\n"
-    f'for d in $(echo "${{LD_LIBRARY_PATH:-}}" | tr : " ") {_LIB_DIRS}; do\n'
+    f"for d in $env_dirs {_LIB_DIRS} $conf_dirs; do\n"
     "  set +f\n"
     '  for f in "$R"$d/libcudart.so.* "$R"$d/libcuda.so.* "$R"$d/libnccl.so* "$R"$d/libnccl-net*.so; do\n'
     '    [ -e "$f" ] || continue\n'
@@ -63,11 +82,22 @@ IMAGE_SCRIPT = (
     "  done\n"
     "  set -f\n"
     "done\n"
+    "echo '### pip'\n"
+    f"for d in {' '.join(_PIP_DIRS)}; do\n"
+    "  set +f\n"
+    '  for f in "$R"$d/nvidia_*.dist-info; do [ -e "$f" ] && echo "${f#"$R"}"; done\n'
+    "  set -f\n"
+    "done\n"
     "set +f\n"
     "echo '### nccl-version'\n"
-    '[ -n "$nccl" ] && grep -a -o -m 1 \'NCCL version [0-9][0-9.]*[+a-z0-9.]*\' "$nccl" | head -n 1\n'
+    "if [ -n \"$nccl\" ] && ! command -v grep >/dev/null 2>&1; then echo '### missing'; echo grep; "
+    'elif [ -n "$nccl" ]; then grep -a -o -m 1 \'NCCL version [0-9][0-9.]*[+a-z0-9.]*\' "$nccl" | '
+    '{ read -r v && echo "$v"; }; fi\n'
     "true\n"
 )
+
+#: A pip wheel's metadata folder -> (package, version): nvidia_nccl_cu12-2.32.3.dist-info.
+_DIST_INFO = re.compile(r"/(nvidia_[a-z0-9_]+?)-(\d+(?:\.\d+)+)[^/]*\.dist-info$")
 
 
 @dataclass(frozen=True)
@@ -79,6 +109,8 @@ class ImageFacts:
     env: dict[str, str] = field(default_factory=dict)
     libraries: tuple[str, ...] = ()
     nccl_string: str | None = None  # "2.21.5+cuda12.4" from the library's own banner
+    pip: tuple[str, ...] = ()  # NVIDIA wheels' .dist-info folders
+    missing: tuple[str, ...] = ()  # tools the script needed and the image lacks
 
     def cuda(self) -> tuple[CudaVersion, str] | None:
         """The image's CUDA version and where it came from, in order of trust."""
@@ -96,6 +128,21 @@ class ImageFacts:
             m = re.search(r"/libcudart\.so\.(\d+\.\d+(?:\.\d+)?)$", path)
             if m:
                 return CudaVersion.parse(m.group(1)), path.rsplit("/", 1)[-1]
+        # pip wheels name the library libcudart.so.12 / .13; the version is the wheel's
+        wheel = self.wheel("nvidia_cuda_runtime", "nvidia_cuda_runtime_cu")
+        if wheel:
+            return CudaVersion.parse(wheel[0]), wheel[1]
+        return None
+
+    def wheel(self, *names: str) -> tuple[str, str] | None:
+        """(version, path) of the first NVIDIA wheel whose package is one of `names` (a trailing
+        `_cu` also matches `_cu11`, `_cu12`, ...)."""
+        for path in self.pip:
+            m = _DIST_INFO.search(path)
+            if m and any(
+                m.group(1) == n or (n.endswith("_cu") and re.fullmatch(n + r"\d+", m.group(1))) for n in names
+            ):
+                return m.group(2), path
         return None
 
     def compat_driver(self) -> str | None:
@@ -120,6 +167,9 @@ class ImageFacts:
             m = re.match(r"(\d+\.\d+\.\d+)", self.nccl_string)
             if m:
                 return m.group(1), f"the library's banner 'NCCL version {self.nccl_string}'"
+        wheel = self.wheel("nvidia_nccl_cu")
+        if wheel:
+            return wheel
         return None
 
     def net_plugins(self) -> list[str]:
@@ -156,7 +206,9 @@ def parse_image_probe(text: str, where: str) -> ImageFacts:
     libraries = tuple(dict.fromkeys(line.strip() for line in sections.get("libraries", []) if line.strip()))
     banner = " ".join(sections.get("nccl-version", [])).strip()
     m = re.search(r"NCCL version (\S+)", banner)
-    return ImageFacts(where, version, env, libraries, m.group(1) if m else None)
+    pip = tuple(dict.fromkeys(line.strip() for line in sections.get("pip", []) if line.strip()))
+    missing = tuple(line.strip() for line in sections.get("missing", []) if line.strip())
+    return ImageFacts(where, version, env, libraries, m.group(1) if m else None, pip, missing)
 
 
 def _runtime_argv(image: str, runtime: str) -> tuple[str, ...]:
@@ -177,7 +229,63 @@ def _runtime_argv(image: str, runtime: str) -> tuple[str, ...]:
     raise ValueError(f"runtime: {runtime!r} is not one of auto, apptainer, singularity, enroot")
 
 
-def image_facts(host: Host, image: str, rootfs: str, runtime: str) -> ImageFacts:
+#: On the node, when starting an image failed: what the image path is. Read-only; sh, od, wc.
+IMAGE_FILE_SCRIPT = (
+    'f=$1; if [ -d "$f" ]; then echo folder; elif [ ! -e "$f" ]; then echo absent; '
+    'elif [ ! -r "$f" ]; then echo unreadable; else echo file; wc -c < "$f"; '
+    'od -An -tx1 -N4 "$f"; od -An -tu8 -j40 -N8 "$f"; fi'
+)
+
+
+def image_trouble(host: Host, image: str) -> str:
+    """Why the runtime could not start `image`, as far as the file itself tells; "" when it looks fine.
+
+    A squashfs (enroot's .sqsh, the payload of a .sif) records its length in its superblock
+    (`bytes_used`, at byte 40): a shorter file was cut off in a copy.
+    """
+    if not image.startswith("/"):
+        return ""  # a registry reference (docker://..., nvcr.io#...), not a file on the node
+    try:
+        answer = host.run("sh", "-c", IMAGE_FILE_SCRIPT, "image-file", image)
+    except HostError:  # a replayed fixture without this look, a deadline: the runtime's words stand alone
+        return ""
+    words = answer.stdout.split()
+    if not answer.ok or not words:
+        return ""
+    if words[0] == "folder":
+        return (
+            f"{image} is a folder, not an image file (for an unpacked image or an Apptainer sandbox use "
+            "`rootfs:`, or `command:` with the runtime's own syntax)"
+        )
+    if words[0] == "absent":
+        return f"{image} does not exist on the node"
+    if words[0] == "unreadable":
+        return f"{image} is not readable on the node by the user clustercheck runs as"
+    try:
+        size = int(words[1])
+        magic = "".join(words[2:6])
+        used = int(words[6]) if len(words) > 6 else None
+    except (IndexError, ValueError):
+        return ""
+    if size == 0:
+        return f"{image} is empty (0 bytes)"
+    if magic == "68737173" and used is not None and size < used:
+        return f"{image} is truncated: its squashfs superblock says {used} bytes, the file has {size}"
+    if magic == "68737173" and used is None:
+        return f"{image} is truncated: {size} bytes, shorter than a squashfs superblock"
+    return ""
+
+
+def _why_not_started(result_text: str) -> str:
+    """The runtime's own words, or what a missing shell looks like."""
+    lines = [x.strip() for x in result_text.splitlines() if x.strip()]
+    for line in lines:
+        if re.search(r"\bsh\b.*(No such file|not found)|exec.*\bsh\b", line):
+            return f"the image has no /bin/sh ({line[:200]})"
+    return (lines[-1] if lines else "no output")[:300]
+
+
+def image_facts(host: Host, image: str, rootfs: str, runtime: str, command: tuple[str, ...] = ()) -> ImageFacts:
     """Look inside the image once per host per run (both stack checks share it)."""
 
     def gather(h: Host) -> ImageFacts:
@@ -185,6 +293,8 @@ def image_facts(host: Host, image: str, rootfs: str, runtime: str) -> ImageFacts
             root = f"CLUSTERCHECK_ROOT={rootfs.rstrip('/')}"
             argv: tuple[str, ...] = ("env", root, "LD_LIBRARY_PATH=", "sh", "-c", IMAGE_SCRIPT)
             where = rootfs
+        elif command:
+            argv, where = (*command, "sh", "-c", IMAGE_SCRIPT), image or shlex.join(command)
         else:
             argv, where = _runtime_argv(image, runtime), image
         result = h.run(*argv, timeout=120)
@@ -192,19 +302,35 @@ def image_facts(host: Host, image: str, rootfs: str, runtime: str) -> ImageFacts
         h.observations[-1] = h.observations[-1].replace(shlex.quote(IMAGE_SCRIPT), "'<image probe script>'")
         if result.timed_out:
             raise HostError(h.name, f"looking inside {where} did not finish within {result.duration_s:.0f} s")
-        if result.exit_code == 127 and argv[0] != "env":
+        said = _why_not_started(result.stderr + "\n" + result.stdout)
+        if result.exit_code == 127 and argv[0] != "env" and not result.stdout.strip() and "/bin/sh" not in said:
             raise HostError(h.name, f"{argv[0]} is not installed on the node: cannot look inside {where}")
         if result.exit_code != 0 or "### version.json" not in result.stdout:
-            said = (result.stderr.strip() or result.stdout.strip() or "no output").splitlines()[-1][:300]
-            raise HostError(h.name, f"`{argv[0]} {argv[1]}` on {where} exited {result.exit_code}: {said}")
-        return parse_image_probe(result.stdout, where)
+            trouble = image_trouble(h, image) if image and not rootfs else ""
+            cause = f". Cause: {trouble}" if trouble else ""
+            raise HostError(h.name, f"`{argv[0]} {argv[1]}` on {where} exited {result.exit_code}: {said}{cause}")
+        facts = parse_image_probe(result.stdout, where)
+        if rootfs and not (facts.version_json or facts.env or facts.libraries or facts.pip):
+            kind = h.run("sh", "-c", IMAGE_FILE_SCRIPT, "image-file", rootfs).stdout.split()
+            if kind and kind[0] != "folder":
+                what = {"absent": "does not exist", "unreadable": "is not readable"}.get(
+                    kind[0], "is a file, not a folder"
+                )
+                raise HostError(h.name, f"rootfs {rootfs} {what} on the node: `rootfs:` names an unpacked image folder")
+        return facts
 
-    return host.fact(f"stack.image {shlex.join((image, rootfs, runtime))}", gather)
+    return host.fact(f"stack.image {shlex.join((image, rootfs, runtime, *command))}", gather)
 
 
 @check(needs=["probe nvml", "command apptainer or enroot"], timeout=150)
 def cuda_compat(
-    host: Host, *, image: str = "", rootfs: str = "", runtime: str = "auto", cuda_version: str = ""
+    host: Host,
+    *,
+    image: str = "",
+    rootfs: str = "",
+    runtime: str = "auto",
+    command: tuple[str, ...] = (),
+    cuda_version: str = "",
 ) -> Result:
     """The image's CUDA runs on this host's driver (NVIDIA's compatibility rules).
 
@@ -214,8 +340,9 @@ def cuda_compat(
     Other tools diff versions against a golden list; this applies NVIDIA's rules.
 
     How: reads the image's CUDA version inside the image: /usr/local/cuda/version.json,
-    then the CUDA_VERSION variable, then a libcudart.so.X.Y.Z name (in that order of
-    trust), or takes `cuda_version` from the profile. Judges it against the host driver
+    then the CUDA_VERSION variable, then a libcudart.so.X.Y.Z name, then the version of the
+    nvidia-cuda-runtime(-cuXX) wheel pip installed (in that order of trust), or takes
+    `cuda_version` from the profile. Judges it against the host driver
     (NVML) with the tables of CUDA's release notes (domain-facts §A): ok when the driver is
     at least the toolkit's own; ok with forward compatibility when the image ships
     cuda-compat for a data-center GPU and a driver branch it supports (its
@@ -224,14 +351,18 @@ def cuda_compat(
 
     The image: `image` is a .sif (run with `apptainer exec`) or an enroot .sqsh (run with
     `enroot start`; `runtime:` overrides the guess), `rootfs` an unpacked image directory
-    on the node (an enroot container or an Apptainer sandbox).
+    on the node (an enroot container or an Apptainer sandbox), or `command` the site's own
+    launcher, run as `COMMAND sh -c SCRIPT` (e.g. `[srun, -N1, "--container-image=..."]`,
+    `[apptainer, exec, --contain, IMAGE]`, or `[bwrap, --ro-bind, ROOTFS, /, ...]`). When the
+    runtime cannot start the image, the error says why: no /bin/sh in it, or the file is a
+    folder, absent, empty or a truncated squashfs.
 
     Fix: install the driver branch the image needs, or use an image built for a CUDA the
     driver supports (<= the host's CUDA version), or, on data-center GPUs, an image with
     the cuda-compat package for this driver branch.
     """
-    if not (image or rootfs or cuda_version):
-        return skip("no container image named by the profile (set image:, rootfs: or cuda_version:)")
+    if not (image or rootfs or command or cuda_version):
+        return skip("no container image named by the profile (set image:, rootfs:, command: or cuda_version:)")
     record = gpus(host)
     if record.driver_version is None:
         return skip(f"no NVIDIA driver on the host ({record.error or 'no version reported'}): gpu.count judges that")
@@ -240,7 +371,7 @@ def cuda_compat(
     if cuda_version:
         cuda, source = CudaVersion.parse(cuda_version), f"the profile's cuda_version {cuda_version}"
     else:
-        facts = image_facts(host, image, rootfs, runtime)
+        facts = image_facts(host, image, rootfs, runtime, command)
         found = facts.cuda()
         if found is None:
             return fail(
@@ -290,6 +421,7 @@ def nccl(
     image: str = "",
     rootfs: str = "",
     runtime: str = "auto",
+    command: tuple[str, ...] = (),
     nccl_version: str = "",
     min_version: str = "",
     net_plugin: str = "",
@@ -303,32 +435,43 @@ def nccl(
 
     How: the NCCL version from a libnccl.so.2.X.Y file name, else the NCCL_VERSION
     variable, else the library's own "NCCL version X.Y.Z" banner (pip wheels ship only
-    libnccl.so.2), or `nccl_version` from the profile; the net plugins are the
-    libnccl-net*.so files found (and NCCL_NET_PLUGIN). `net_plugin`: "" reports only,
+    libnccl.so.2), else the nvidia-nccl-cuXX wheel's version, or `nccl_version` from the
+    profile; the net plugins are the libnccl-net*.so files found (and NCCL_NET_PLUGIN). `net_plugin`: "" reports only,
     "any" requires one, "none" forbids one, other text must appear in a plugin's path.
 
     The image: `image` is a .sif (run with `apptainer exec`) or an enroot .sqsh (run with
     `enroot start`; `runtime:` overrides the guess), `rootfs` an unpacked image directory
-    on the node (an enroot container or an Apptainer sandbox).
+    on the node (an enroot container or an Apptainer sandbox), or `command` the site's own
+    launcher, run as `COMMAND sh -c SCRIPT` (e.g. `[srun, -N1, "--container-image=..."]`,
+    `[apptainer, exec, --contain, IMAGE]`, or `[bwrap, --ro-bind, ROOTFS, /, ...]`). When the
+    runtime cannot start the image, the error says why: no /bin/sh in it, or the file is a
+    folder, absent, empty or a truncated squashfs.
 
     Fix: use an image with a newer NCCL (or install libnccl2 in it); add the site's net
     plugin (e.g. HPC-X's nccl_rdma_sharp_plugin, aws-ofi-nccl) and put it on LD_LIBRARY_PATH.
     """
-    if not (image or rootfs or nccl_version):
-        return skip("no container image named by the profile (set image:, rootfs: or nccl_version:)")
+    if not (image or rootfs or command or nccl_version):
+        return skip("no container image named by the profile (set image:, rootfs:, command: or nccl_version:)")
     plugins: list[str] = []
     plugin_env = ""
     if nccl_version:
         version, source = nccl_version, "the profile's nccl_version"
         evidence = [f"NCCL {version} from {source}"]
     else:
-        facts = image_facts(host, image, rootfs, runtime)
+        facts = image_facts(host, image, rootfs, runtime, command)
         found = facts.nccl()
         plugins, plugin_env = facts.net_plugins(), facts.env.get("NCCL_NET_PLUGIN", "")
         evidence = [f"in {facts.where}: {lib}" for lib in facts.libraries if "nccl" in lib]
+        unread = [lib for lib in facts.libraries if lib.endswith("/libnccl.so.2")]
+        if found is None and unread and "grep" in facts.missing:
+            raise HostError(
+                host.name,
+                f"{facts.where} has {unread[0]} but no grep to read its version banner, and no "
+                "libnccl.so.2.X.Y name, NCCL_VERSION or nvidia-nccl wheel tells it: give `nccl_version:`",
+            )
         if found is None:
             return fail(
-                f"no NCCL found in {facts.where} (no libnccl.so.2.X.Y, NCCL_VERSION, or NCCL banner)",
+                f"no NCCL found in {facts.where} (no libnccl.so.2.X.Y, NCCL_VERSION, NCCL banner or nvidia-nccl wheel)",
                 remedy="Check that this is the image jobs use; install libnccl2 in it, or give `nccl_version:`.",
                 evidence=evidence,
             )
