@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from clustercheck import Host, Result, check, fact, fail, ok, skip, warn
+from clustercheck.errors import HostError
 from clustercheck.probes.nvml import CLOCK_REASONS, Gpu, GpuRecord
 
 # -- the GPU record ------------------------------------------------------------------------
@@ -38,7 +39,11 @@ def _usable(record: GpuRecord) -> list[Gpu] | Result:
     answering = [g for g in record.gpus if g.error is None]
     if not answering:
         why = record.error or ("no GPU answers: " + "; ".join(f"{g.label}: {g.error}" for g in record.gpus))
-        return skip(f"no GPUs visible ({why}); gpu.count judges that", evidence=[f"GPU facts from {_source(record)}"])
+        return skip(
+            f"no GPUs visible ({why}); gpu.count judges that",
+            data={"hardware_absent": True},  # not a pass: `health` does not resume on it
+            evidence=[f"GPU facts from {_source(record)}"],
+        )
     return answering
 
 
@@ -53,12 +58,137 @@ def _evidence(record: GpuRecord, gpus: Iterable[Gpu] = ()) -> list[str]:
     return lines
 
 
+# -- the GPU count the node's own Slurm files give it -----------------------------------------------
+
+SLURM_DIRS = ("/etc/slurm", "/run/slurm/conf", "/var/spool/slurmd/conf-cache", "/etc/slurm-llnl")
+_MAX_INCLUDES = 16
+
+
+def _conf_lines(text: str) -> Iterable[tuple[int, str]]:
+    """(line number, logical line) of a Slurm config file: comments cut, `\\` continuations joined."""
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].rstrip()
+        if not pending:
+            start = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        yield start, (pending + line).strip()
+        pending = ""
+    if pending.strip():
+        yield start, pending.strip()
+
+
+def _params(line: str) -> dict[str, str]:
+    """KEY=VALUE words of one logical line, keys lower-cased (values may not hold blanks)."""
+    out: dict[str, str] = {}
+    for word in line.split():
+        key, eq, value = word.partition("=")
+        if eq:
+            out[key.lower()] = value
+    return out
+
+
+def gres_gpus(value: str) -> int:
+    """GPUs in a Gres= value: `gpu:8`, `gpu:h100:8`, `gpu:a100:2(S:0),gpu:t4:1`, `gpu` (1)."""
+    total = 0
+    for part in value.split(","):
+        part = part.split("(", 1)[0].strip()
+        fields = part.split(":")
+        if fields[0].lower() != "gpu":
+            continue
+        last = fields[-1] if len(fields) > 1 else "1"
+        m = re.fullmatch(r"(\d{1,7})([kKmMgG]?)", last)
+        total += int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2).lower()] if m else 1
+    return total
+
+
+def _names(expression: str) -> list[str]:
+    from clustercheck.hostlist import expand
+
+    try:
+        return expand(expression)
+    except Exception:
+        return []
+
+
+def slurm_gpu_count(host: Host, dirs: tuple[str, ...] = SLURM_DIRS) -> tuple[int, str]:
+    """(GPUs the node's slurm.conf or gres.conf give it, the evidence line); 0 when they give none."""
+    from clustercheck.slurm import current_job
+
+    job = current_job()
+    name = (job.node if job and job.node else "") or host.name.split(".")[0]
+
+    def read(path: str) -> str | None:
+        try:
+            return host.read_optional(path)
+        except HostError:  # not recorded in a fixture, unreadable: nothing to go by
+            return None
+
+    for folder in dirs:
+        conf = read(folder + "/slurm.conf")
+        if conf is None:
+            continue
+        defaults: dict[str, str] = {}
+        texts, seen = [(folder + "/slurm.conf", conf)], 0
+        while texts:
+            path, text = texts.pop(0)
+            for number, line in _conf_lines(text):
+                head = line.split(None, 1)
+                if head and head[0].lower() == "include" and len(head) > 1 and seen < _MAX_INCLUDES:
+                    seen += 1
+                    target = head[1].strip()
+                    target = target if target.startswith("/") else folder + "/" + target
+                    included = read(target)
+                    if included is not None:
+                        texts.insert(0, (target, included))
+                    continue
+                params = _params(line)
+                nodes = params.get("nodename")
+                if nodes is None:
+                    continue
+                if nodes.lower() == "default":
+                    defaults.update(params)
+                    continue
+                if name in _names(nodes):
+                    merged = {**defaults, **params}
+                    gpus = gres_gpus(merged.get("gres", ""))
+                    if gpus:
+                        return gpus, f"{path}:{number}: NodeName={nodes} Gres={merged['gres']}: {gpus} GPUs expected"
+                    gres = read(folder + "/gres.conf")
+                    listed = _gres_conf_gpus(gres or "", name)
+                    where = f"{path}:{number} gives {name} no gpu in Gres="
+                    if listed:
+                        return listed, f"{where}; {folder}/gres.conf lists {listed} GPUs for it: {listed} expected"
+                    return 0, f"{where} and gres.conf none: expected at least 1"
+        return 0, f"{folder}/slurm.conf has no NodeName line for {name}: expected at least 1"
+    return 0, f"no slurm.conf in {', '.join(dirs)}: expected at least 1"
+
+
+def _gres_conf_gpus(text: str, name: str) -> int:
+    total = 0
+    for _, line in _conf_lines(text):
+        params = _params(line)
+        if params.get("name", "").lower() != "gpu":
+            continue
+        if "nodename" in params and name not in _names(params["nodename"]):
+            continue
+        if "count" in params and params["count"].isdigit():
+            total += int(params["count"])
+        elif "file" in params:
+            total += len(_names(params["file"])) or 1
+        else:
+            total += 1
+    return total
+
+
 # -- count, model -------------------------------------------------------------------------
 
 
-@check(needs=["probe nvml"], timeout=20)
-def count(host: Host, *, expected: int = 0) -> Result:
-    """`expected` GPUs are visible and answer (0: at least one).
+@check(needs=["probe nvml", "file /etc/slurm/slurm.conf (and its includes)", "file /etc/slurm/gres.conf"], timeout=20)
+def count(host: Host, *, expected: int = 0, slurm_expected: bool = False) -> Result:
+    """`expected` GPUs are visible and answer (0: at least one, or with `slurm_expected` what Slurm gives the node).
 
     Why: a GPU that fell off the bus, was not enumerated after a reboot, or is held by a
     failed driver load shrinks the node silently; Slurm still schedules 8 GPUs on it and
@@ -66,7 +196,10 @@ def count(host: Host, *, expected: int = 0) -> Result:
 
     How: lists the GPUs from NVML (locally) or `nvidia-smi -q -x` (over SSH); a GPU NVML
     lists but cannot query (e.g. "GPU is lost") does not count. On a node without a driver
-    the record says why ("NVML library not found").
+    the record says why ("NVML library not found"). With `slurm_expected` and no `expected`,
+    the count is the one the node's own Slurm files give it: its NodeName line's `Gres=gpu...`
+    in slurm.conf (and the files it `Include`s), else the gres.conf lines for the node, read
+    from /etc/slurm (or a configless slurmd's copy); never asked of slurmctld.
 
     Fix: `dmesg | grep -i -e NVRM -e Xid` for the lost GPU (XID 79: reseat, check power);
     `lspci -d 10de:` to see whether the GPU is on the PCIe bus at all; reload the driver
@@ -76,6 +209,10 @@ def count(host: Host, *, expected: int = 0) -> Result:
     answering = [g for g in record.gpus if g.error is None]
     lost = [g for g in record.gpus if g.error is not None]
     names = sorted({g.name or "?" for g in answering})
+    configured: list[str] = []
+    if slurm_expected and not expected:
+        expected, said = slurm_gpu_count(host)
+        configured.append(said)
     data = {
         "visible": len(answering),
         "expected": expected,
@@ -83,11 +220,13 @@ def count(host: Host, *, expected: int = 0) -> Result:
         "models": names,
         "facts": {"GPUs visible": len(answering)},
     }
-    evidence = _evidence(record, answering) + [f"{g.label}: {g.error}" for g in lost]
+    evidence = _evidence(record, answering) + [f"{g.label}: {g.error}" for g in lost] + configured
     problems = [f"{g.label}: {g.error}" for g in lost]
     if record.error:
         problems.append(record.error)
     wanted = f"expected {expected}" if expected else "expected at least 1"
+    if configured and expected:
+        wanted += " (the node's Slurm configuration)"
     if (expected and len(answering) != expected) or not answering or lost:
         summary = f"{len(answering)} GPU{'s' * (len(answering) != 1)} visible, {wanted}"
         return fail(
@@ -181,7 +320,9 @@ def driver(host: Host, *, min_version: str = "", exact: str = "") -> Result:
     module, is_open = parse_nvidia_version_file(version_file) if version_file else (None, False)
     user = record.driver_version
     if user is None and module is None:
-        return skip(f"no NVIDIA driver loaded ({record.error or 'no version reported'})")
+        return skip(
+            f"no NVIDIA driver loaded ({record.error or 'no version reported'})", data={"hardware_absent": True}
+        )
     data = {
         "driver": user,
         "kernel_module": module,
@@ -733,23 +874,57 @@ def parse_xids(log: str) -> list[XidEvent]:
 
 
 def kernel_log(host: Host) -> tuple[str, str]:
-    """(kernel log text, the command that gave it): `dmesg`, else `journalctl -k -b`."""
+    """(kernel log text, the command that gave it): `dmesg`, else `journalctl -k -b`.
+
+    An empty answer is evidence only from a source that was allowed to answer: dmesg exiting
+    0 with nothing (a buffer cleared with `dmesg --clear`) is an empty log; journalctl exiting
+    0 with nothing after dmesg was refused is what a user without the right to read the
+    system journal gets, so that cannot tell (HostError).
+    """
     result = host.run("dmesg")
     if result.ok:
         return result.stdout, "dmesg"
     # dmesg is refused to non-root users where kernel.dmesg_restrict=1; the journal may not be
     journal = host.run("journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q")
-    if journal.ok:
+    refused = f"`dmesg` {result.describe()}: {result.stderr.strip()[:200] or 'no message'}"
+    if journal.ok and journal.stdout.strip():
         return journal.stdout, "journalctl -k -b"
-    raise RuntimeError(
-        f"cannot read the kernel log: {result.describe()} {result.stderr.strip()[:200]}; "
-        f"{journal.describe()} {journal.stderr.strip()[:200]}"
+    if journal.ok:
+        raise HostError(
+            host.name,
+            f"cannot tell: {refused}; `journalctl -k -b` printed nothing (a user not allowed to read the system "
+            "journal gets that too): no kernel log was read, so no XID can be ruled out",
+        )
+    raise HostError(
+        host.name,
+        f"cannot tell: cannot read the kernel log: {refused}; "
+        f"`journalctl -k -b` {journal.describe()}: {journal.stderr.strip()[:200]}",
     )
 
 
-@check(needs=["command dmesg", "command journalctl"], timeout=20)
-def xid(host: Host, *, ignore: tuple[str, ...] = ()) -> Result:
-    """The kernel log since boot holds no XID event that NVIDIA classes as fatal.
+def _boot_id(host: Host) -> str | None:
+    try:
+        text = host.read_optional("/proc/sys/kernel/random/boot_id")
+    except HostError:  # not recorded in a fixture
+        return None
+    value = (text or "").strip()
+    return value if re.fullmatch(r"[0-9a-f-]{36}", value) else None
+
+
+def _last_stamp(text: str) -> float | None:
+    for line in reversed(text.splitlines()):
+        m = _STAMP_RE.search(line)
+        if m:
+            return float(m.group(1))
+    return None
+
+
+@check(
+    needs=["command dmesg", "command journalctl", "file /proc/sys/kernel/random/boot_id"],
+    timeout=20,
+)
+def xid(host: Host, *, ignore: tuple[str, ...] = (), since: str = "boot") -> Result:
+    """The kernel log holds no XID event that NVIDIA classes as fatal (since boot, or since the previous run).
 
     Why: XID events are the NVIDIA driver's error reports. Some mean the GPU needs a reset
     (95 uncontained error, 119/120 GSP errors, 64 row-remap failure), some a reboot (79:
@@ -758,16 +933,23 @@ def xid(host: Host, *, ignore: tuple[str, ...] = ()) -> Result:
     about the node.
 
     How: reads the kernel log (`dmesg`, or `journalctl -k -b` where dmesg is not
-    permitted), finds `NVRM: Xid (PCI:...): N` lines (and "fallen off the bus" messages
-    without one), and classifies each with NVIDIA's XID catalog (immediate action and
-    fatal/non-fatal, as NVIDIA's NVSentinel encodes it): fatal ones fail, XIDs the catalog
-    does not know warn, the rest are listed in the evidence. `ignore` takes XID numbers to
-    leave out. The log covers the time since boot: after fixing a GPU with a reset, clear it
-    (`dmesg --clear`) or the old event keeps failing the check.
+    permitted; nothing read is "cannot tell", never a clean log), finds `NVRM: Xid
+    (PCI:...): N` lines (and "fallen off the bus" messages without one), and classifies each
+    with NVIDIA's XID catalog (immediate action and fatal/non-fatal, as NVIDIA's NVSentinel
+    encodes it): fatal ones fail, XIDs the catalog does not know warn, the rest are listed in
+    the evidence. `ignore` takes XID numbers to leave out. `since: boot` judges the whole log
+    since boot; `since: previous` (the bundled prolog profile) only what the log gained since
+    this check's previous run in `clustercheck prolog` or `health` (a marker beside the
+    prolog's state file keeps the boot id and the last line's uptime stamp; a new boot, no
+    marker, or a run elsewhere judges the whole boot). `health` does not resume a gpu.xid
+    drain on such a partial look: that waits for a reboot (or an admin's resume).
 
     Fix: follow the action the summary names (reset the GPU, reboot, power-cycle); an XID
-    that comes back on the same GPU after a reset is a hardware fault: RMA.
+    that comes back on the same GPU after a reset is a hardware fault: RMA. With `since:
+    boot`, an old event keeps failing the check until a reboot or `dmesg --clear`.
     """
+    if since not in ("boot", "previous"):
+        raise ValueError(f"since: {since!r} is not boot or previous")
     ignored = set()
     for value in ignore:
         if not value.strip().isdigit():
@@ -775,7 +957,25 @@ def xid(host: Host, *, ignore: tuple[str, ...] = ()) -> Result:
         ignored.add(int(value))
     text, source = kernel_log(host)
     events = [e for e in parse_xids(text) if e.xid not in ignored]
-    evidence = [f"{len(text.splitlines())} lines of kernel log from `{source}`"] + [
+    window, older, marker = "boot", 0, None
+    if since == "previous":
+        from clustercheck import slurm
+
+        boot = _boot_id(host)
+        previous = slurm.read_marker("gpu.xid")
+        after = previous.get("uptime_s") if previous and previous.get("boot_id") == boot else None
+        if boot and isinstance(after, (int, float)):
+            window = f"since the previous run (kernel log after {after:.0f} s of uptime)"
+            kept = [e for e in events if e.uptime_s is None or e.uptime_s > after]
+            older, events = len(events) - len(kept), kept
+        last = _last_stamp(text)
+        if boot and last is not None and slurm.marker_folder() is not None:
+            marker = {"name": "gpu.xid", "boot_id": boot, "uptime_s": last}
+    span = "since boot" if window == "boot" else "since the previous run"
+    evidence = [f"{len(text.splitlines())} lines of kernel log from `{source}`; judged: {window}"]
+    if older:
+        evidence.append(f"{older} XID event(s) from before the previous run, judged then")
+    evidence += [
         f"line {e.line}: XID {e.xid} on {e.pci}"
         + (f" at {e.uptime_s:.0f} s" if e.uptime_s is not None else "")
         + f": {e.message[:160]}"
@@ -787,6 +987,8 @@ def xid(host: Host, *, ignore: tuple[str, ...] = ()) -> Result:
             for e in events
         ],
         "source": source,
+        "window": window,
+        **({"marker": marker} if marker else {}),
     }
     fatal = [e for e in events if e.fatal]
     unknown = [e for e in events if e.info is None]
@@ -808,7 +1010,7 @@ def xid(host: Host, *, ignore: tuple[str, ...] = ()) -> Result:
         return fail(
             describe(fatal),
             remedy="Drain the node and follow NVIDIA's action for each XID; if the XID returns on the same GPU "
-            "after a reset or reboot, open an RMA. Clear the log (`dmesg --clear`) once fixed.",
+            "after a reset or reboot, open an RMA.",
             data=data,
             evidence=evidence,
         )
@@ -821,8 +1023,12 @@ def xid(host: Host, *, ignore: tuple[str, ...] = ()) -> Result:
         )
     if events:
         codes = ", ".join(sorted({str(e.xid) for e in events}, key=int))
-        return ok(f"no fatal XID since boot (non-fatal: XID {codes})", data=data, evidence=evidence)
-    return ok("no XID events since boot", data=data, evidence=evidence)
+        return ok(f"no fatal XID {span} (non-fatal: XID {codes})", data=data, evidence=evidence)
+    if not text.strip():
+        return ok(
+            "the kernel log is empty (cleared with `dmesg --clear`?): no XID events", data=data, evidence=evidence
+        )
+    return ok(f"no XID events {span}", data=data, evidence=evidence)
 
 
 # -- MIG and compute mode --------------------------------------------------------------------

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -365,6 +367,113 @@ def test_xid_without_any_kernel_log_is_an_error(tmp_path: Path) -> None:
     shutil.rmtree(folder / "commands" / "dmesg")
     result = run(folder, "gpu.xid")
     assert result.status.value == "error" and "cannot read the kernel log" in result.summary
+
+
+# What a user who may not read the kernel log gets on this test machine (kernel.dmesg_restrict=1,
+# journald running): `su nobody -c 'dmesg'` exits 1 with this message, and
+# `journalctl -k -b -o short-monotonic --no-pager -q` exits 0 and prints nothing at all.
+DMESG_REFUSED = (1, "", "dmesg: read kernel buffer failed: Operation not permitted\n")
+JOURNAL = ("journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q")
+
+
+def test_xid_with_dmesg_refused_and_a_silent_journal_cannot_tell(tmp_path: Path) -> None:
+    folder = node(tmp_path, commands={("dmesg",): DMESG_REFUSED, JOURNAL: (0, "", "")})
+    shutil.rmtree(folder / "commands" / "dmesg")
+    result = run(folder, "gpu.xid")
+    assert result.status.value == "error", result
+    assert "journalctl -k -b` printed nothing" in result.summary and "Operation not permitted" in result.summary
+
+
+def test_xid_reads_the_journal_when_dmesg_is_refused(tmp_path: Path) -> None:
+    log = (HEALTHY / "commands/dmesg/stdout").read_text()
+    folder = node(tmp_path, commands={("dmesg",): DMESG_REFUSED, JOURNAL: (0, log, "")})
+    shutil.rmtree(folder / "commands" / "dmesg")
+    result = run(folder, "gpu.xid")
+    assert result.status.value == "ok" and "journalctl -k -b" in result.evidence[0]
+
+
+def test_xid_on_a_cleared_kernel_log_says_so(tmp_path: Path) -> None:
+    folder = node(tmp_path, commands={("dmesg",): (0, "", "")})  # `dmesg --clear` as root, then dmesg
+    shutil.rmtree(folder / "commands" / "dmesg")
+    result = run(folder, "gpu.xid")
+    assert result.status.value == "ok" and "the kernel log is empty" in result.summary
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+def test_xid_as_a_user_denied_the_kernel_log_is_an_error_not_ok(tmp_path: Path) -> None:
+    # what this machine's dmesg and journalctl really answer a user who may not read the kernel log
+    restricted = Path("/proc/sys/kernel/dmesg_restrict")
+    if not restricted.exists() or restricted.read_text().strip() != "1" or not shutil.which("journalctl"):
+        pytest.skip("needs kernel.dmesg_restrict=1 and journalctl")
+    answers = {}
+    for argv in (("dmesg",), JOURNAL):
+        proc = subprocess.run(
+            ["su", "nobody", "-s", "/bin/sh", "-c", " ".join(argv)], capture_output=True, text=True, timeout=30
+        )
+        answers[argv] = (proc.returncode, proc.stdout, proc.stderr)
+    assert answers[("dmesg",)][0] != 0  # refused, as DMESG_REFUSED says
+    folder = node(tmp_path, commands=answers)
+    shutil.rmtree(folder / "commands" / "dmesg")
+    result = run(folder, "gpu.xid")
+    if answers[JOURNAL][1].strip():  # a journal this user may read: then it is the evidence
+        assert result.status.value == "ok" and "journalctl -k -b" in result.evidence[0]
+    else:
+        assert result.status.value == "error" and "printed nothing" in result.summary, result
+
+
+def test_xid_since_the_previous_prolog_judges_each_event_once(tmp_path: Path) -> None:
+    """gpu.xid {since: previous}: a marker beside the prolog's state file (boot id, last uptime stamp)."""
+    boot = "ab7ffac4-ae41-4842-9e0c-0a3e8e94d6e1\n"  # /proc/sys/kernel/random/boot_id of this test machine
+    fell_off = (FIXTURES / "gpu-h100/xid79-fell-off-bus/commands/dmesg/stdout").read_text()
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  gpu.xid: {since: previous}\n")
+
+    def prolog(log: str, name: str) -> dict[str, Any]:
+        folder = node(
+            tmp_path / name, files={"/proc/sys/kernel/random/boot_id": boot}, commands={("dmesg",): (0, log, "")}
+        )
+        shutil.rmtree(folder / "commands" / "dmesg")
+        args = ["prolog", "--replay", folder, "--profile", profile, "--state-file", tmp_path / "state" / "s.json"]
+        proc = cli(*args, "--syslog-socket", "")
+        assert proc.returncode in (0, 2), proc.stderr
+        state: dict[str, Any] = json.loads((tmp_path / "state" / "s.json").read_text())
+        return state["checks"][0]
+
+    first = prolog(fell_off, "a")
+    assert first["status"] == "fail" and "XID 79" in first["summary"]  # no marker yet: the whole boot
+    marker = json.loads((tmp_path / "state" / "gpu.xid.marker.json").read_text())
+    assert marker == {"name": "gpu.xid", "boot_id": boot.strip(), "uptime_s": 86412.190244}
+    again = prolog(fell_off, "b")
+    assert again == {"id": "gpu.xid", "status": "ok", "summary": "no XID events since the previous run"}
+    later = (
+        fell_off
+        + "[90000.500000] NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', name=<unknown>, "
+        + "GPU has fallen off the bus.\n"
+    )
+    assert prolog(later, "c")["status"] == "fail"
+    other_boot = node(
+        tmp_path / "e",
+        files={"/proc/sys/kernel/random/boot_id": boot.replace("ab7f", "0000")},
+        commands={("dmesg",): (0, fell_off, "")},
+    )
+    shutil.rmtree(other_boot / "commands" / "dmesg")
+    proc = cli(
+        "prolog",
+        "--replay",
+        other_boot,
+        "--profile",
+        profile,
+        "--state-file",
+        tmp_path / "state" / "s.json",
+        "--syslog-socket",
+        "",
+    )
+    assert proc.returncode == 2  # a new boot: its whole log is judged again
+    # `run` keeps no marker: it always judges the whole boot
+    assert (
+        run(node(tmp_path / "f", commands={("dmesg",): (0, fell_off, "")}), "gpu.xid", since="previous").status.value
+        == "fail"
+    )
 
 
 # -- GPUDirect RDMA ----------------------------------------------------------------------------
