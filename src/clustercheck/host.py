@@ -185,8 +185,9 @@ class Host:
         self._refuse_if_over(shlex.join(argv))
         try:
             result = self.transport.run(argv, timeout=self._budget(timeout, "run " + shlex.join(argv)))
-        except OutputTooLarge as exc:
-            self.observations.append(f"$ {shlex.join(argv)}  (output cut: {exc})")
+        except OutputTooLarge:
+            cap = describe_size(output_limit())
+            self.observations.append(f"$ {shlex.join(argv)}  (stopped: printed more than {cap})")
             raise
         self._count(len(result.stdout) + len(result.stderr), shlex.join(argv))
         line = result.describe()
@@ -238,8 +239,8 @@ class Host:
         except FileNotFoundError:
             self.observations.append(f"read {path}: absent")
             raise
-        except OutputTooLarge as exc:
-            self.observations.append(f"read {path}: cut ({exc})")
+        except OutputTooLarge:
+            self.observations.append(f"read {path}: larger than {describe_size(output_limit())}, not read")
             raise
         self._count(len(text), "reading " + path)
         self.observations.append(f"read {path} ({text.count(chr(10))} lines)")
