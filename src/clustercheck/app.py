@@ -7,6 +7,7 @@ pydantic, ~85 ms: too much for a Slurm prolog that runs on every job start).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -153,6 +154,9 @@ def record(
     redact_hostnames: Annotated[
         bool, typer.Option("--redact-hostnames", help="Replace the node's name in everything recorded.")
     ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace a non-empty --out whole (an older recording); never merge.")
+    ] = False,
     checks_dir: ChecksDirOpt = None,
     command_timeout: CommandTimeoutOpt = 10.0,
     jobs: JobsOpt = 32,
@@ -162,13 +166,22 @@ def record(
     port: PortOpt = None,
     accept_new_host_keys: AcceptOpt = False,
 ) -> None:
-    """Record what a profile's checks read on real hosts into replayable fixture folders."""
+    """Record what a profile's checks read on real hosts into replayable fixture folders.
+
+    The recording goes into a new private folder beside --out, renamed into place when it is
+    done: a recording never merges into an older one, never follows a link planted in the
+    folder, and an interrupted one leaves --out as it was.
+    """
+    import shutil
+    import tempfile
+
     from clustercheck import formats, runner
     from clustercheck import profile as profiles
     from clustercheck.transports.fixture import RecordingTransport
 
     if profile is None:
         raise UsageError("--profile is required: it decides what is recorded")
+    _check_record_out(out, force)
     prof = profiles.load(profile, extra_check_dirs=tuple(checks_dir or ()))
     inner = cli.make_transports(
         local,
@@ -180,19 +193,85 @@ def record(
         port=port,
         accept_new_host_keys=accept_new_host_keys,
     )
-    recorders = [
-        RecordingTransport(t, out if len(inner) == 1 else out / t.host, redact_hostnames=redact_hostnames)
-        for t in inner
-    ]
-    report = runner.run_profile(prof, recorders, version=__version__, jobs=jobs, command_timeout=command_timeout)
+    names = [t.host for t in inner] if len(inner) > 1 else []
+    for name in names:  # one folder per host, named after it: a plain name only
+        if name in ("", ".", "..") or "/" in name or "\0" in name:
+            raise UsageError(f"host {name!r}: cannot be a folder name under --out; give hosts by plain names")
+    parent = out.parent if str(out.parent) else Path(".")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".recording", dir=parent))
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot make a folder beside it: {exc.strerror or exc}") from None
+    try:
+        recorders = [
+            RecordingTransport(t, tmp / name if names else tmp, redact_hostnames=redact_hostnames)
+            for t, name in zip(inner, names or [""], strict=False)
+        ]
+        report = runner.run_profile(prof, recorders, version=__version__, jobs=jobs, command_timeout=command_timeout)
+        for recorder, host in zip(recorders, report.hosts, strict=True):
+            expect = {c.id: c.status.value for c in host.checks}
+            recorder.write_manifest(profile=profile, version=__version__, note=note, expect=expect)
+        umask = os.umask(0)
+        os.umask(umask)
+        for folder in [tmp, *(tmp / name for name in names)]:
+            os.chmod(folder, 0o777 & ~umask)  # mkdtemp's 0700 was for while it was written
+        _put_in_place(tmp, out, force)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
     for recorder, host in zip(recorders, report.hosts, strict=True):
-        expect = {c.id: c.status.value for c in host.checks}
-        manifest = recorder.write_manifest(profile=profile, version=__version__, note=note, expect=expect)
+        folder = out / recorder.out.relative_to(tmp)
         print(
-            f"recorded {host.host} into {manifest.parent} (expect: what it got; edit note: and expect:)",
+            f"recorded {host.host} into {folder} (expect: what it got; edit note: and expect:)",
             file=sys.stderr,
         )
     formats.render(report, "table", sys.stderr)
+
+
+def _check_record_out(out: Path, force: bool) -> None:
+    """Refuse an --out that is a link, or that holds anything, unless --force (checked again at the end)."""
+    if out.is_symlink():
+        raise UsageError(f"--out {out}: a symbolic link; give the folder's own path (a link is never followed)")
+    if not out.exists():
+        return
+    if out.is_dir():
+        try:
+            empty = not any(os.scandir(out))
+        except OSError as exc:
+            raise UsageError(f"--out {out}: cannot be read: {exc.strerror or exc}") from None
+        if empty:
+            return
+    if not force:
+        kind = "folder is not empty (an older recording?)" if out.is_dir() else "exists and is not a folder"
+        raise UsageError(f"--out {out}: the {kind}; record into a new folder, or pass --force to replace it whole")
+
+
+def _put_in_place(tmp: Path, out: Path, force: bool) -> None:
+    """Rename the finished recording to --out; with --force the old one goes only once the new one is there."""
+    import secrets
+    import shutil
+
+    _check_record_out(out, force)
+    old: Path | None = None
+    try:
+        if out.is_dir() and not any(os.scandir(out)):
+            out.rmdir()
+        elif out.exists():  # --force (checked above)
+            old = out.with_name(f".{out.name}.replaced.{secrets.token_hex(4)}")
+            os.rename(out, old)
+        os.rename(tmp, out)
+    except OSError as exc:
+        if old is not None and not out.exists():
+            os.rename(old, out)  # put the old recording back
+            old = None
+        raise UsageError(f"--out {out}: cannot put the recording in place: {exc.strerror or exc}") from None
+    finally:
+        if old is not None:
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
 
 
 @app.command("checks")

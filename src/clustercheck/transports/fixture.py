@@ -16,12 +16,15 @@ NotRecorded naming what to re-record, so the check reports `error`, never a sile
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import errno
 import json
 import math
 import os
 import re
 import shlex
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,21 +34,173 @@ import yaml
 
 from clustercheck.errors import FixtureError, HostError, NotRecorded
 from clustercheck.host import CommandResult, Transport
+from clustercheck.redact import redact
 
 MANIFEST = "fixture.yaml"
-_SECRET_RE = re.compile(
-    r"(?i)\b([A-Za-z_][A-Za-z0-9_]*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Za-z0-9_]*)=([^\s\x00'\"]+)"
-)
-
-
-def redact_secrets(text: str) -> str:
-    """Blank the values of environment variables whose names look secret."""
-    return _SECRET_RE.sub(lambda m: f"{m.group(1)}=<redacted>", text)
+MAX_FILE_BYTES = 64 * 1024 * 1024  # one file of a fixture (the largest shipped one is under 60 KB)
+MAX_HOST_BYTES = 512 * 1024 * 1024  # everything one replayed host reads
 
 
 def _slug(argv: Sequence[str]) -> str:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", " ".join(argv)).strip("_.")
     return slug[:60] or "command"
+
+
+# -- paths and files, inside the fixture folder only ---------------------------------------------
+
+
+def node_path(path: str) -> tuple[str, ...]:
+    """A node's file path as its parts under files/ (`//etc/./x` -> etc, x).
+
+    ValueError, saying why, for anything that is not a plain absolute path: a relative one,
+    one that climbs with `..` (a node's `Include ../../../x` must never become a path outside
+    the fixture), a NUL byte, the root itself.
+    """
+    if not path.startswith("/"):
+        raise ValueError("not an absolute path")
+    if "\0" in path:
+        raise ValueError("it holds a NUL byte")
+    parts = tuple(p for p in path.split("/") if p not in ("", "."))
+    if ".." in parts:
+        raise ValueError("it climbs with `..`")
+    if not parts:
+        raise ValueError("it names the root folder")
+    return parts
+
+
+def _shown(root: Path, parts: Sequence[str]) -> Path:
+    return root.joinpath(*parts)
+
+
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+_KINDS[stat.S_IFSOCK] = "a socket"
+
+
+def _walk(root: Path, parts: Sequence[str], *, want_dir: bool) -> int | None:
+    """An fd of root/parts (a folder when want_dir, else a regular file), None when absent.
+
+    Never through a symbolic link (each step is opened relative to the last with O_NOFOLLOW,
+    after an lstat), never anything but a regular file at the end (a FIFO would block the
+    open itself, before any timeout could start; O_NONBLOCK covers a swap after the lstat).
+    Raises FixtureError naming the piece; IsADirectoryError for a folder where a file was asked.
+    """
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # the user's own path: may be a link
+    except (OSError, ValueError):
+        return None
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            shown = _shown(root, parts[: i + 1])
+            try:
+                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError, ValueError):
+                return None
+            except OSError as exc:
+                if exc.errno == errno.ENAMETOOLONG:
+                    return None
+                raise FixtureError(f"{shown}: cannot be read: {exc.strerror or exc}") from None
+            if stat.S_ISLNK(st.st_mode):
+                raise FixtureError(
+                    f"{shown}: a symbolic link; a fixture holds only plain files and folders "
+                    "(replay never follows a link, which could lead out of the folder)"
+                )
+            if not last or want_dir:
+                if not stat.S_ISDIR(st.st_mode):
+                    return None
+                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            elif stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "Is a directory", str(shown))
+            elif not stat.S_ISREG(st.st_mode):
+                kind = _KINDS.get(stat.S_IFMT(st.st_mode), "not a plain file")
+                raise FixtureError(f"{shown}: {kind}, not a regular file; a fixture holds only plain files")
+            else:
+                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            try:
+                new = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise FixtureError(f"{shown}: became a symbolic link while it was read") from None
+                raise FixtureError(f"{shown}: cannot be read: {exc.strerror or exc}") from None
+            os.close(fd)
+            fd = new
+        opened, fd = fd, -1
+        return opened
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _read_inside(root: Path, parts: Sequence[str], *, limit: int = MAX_FILE_BYTES) -> bytes | None:
+    """The bytes of the regular file root/parts (see _walk), None when absent; at most `limit`."""
+    fd = _walk(root, parts, want_dir=False)
+    if fd is None:
+        return None
+    shown = _shown(root, parts)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped after the lstat
+            raise FixtureError(f"{shown}: not a regular file; a fixture holds only plain files")
+        if st.st_size > limit:
+            raise FixtureError(_too_big(shown, st.st_size, limit))
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:  # it grew while it was read
+                raise FixtureError(_too_big(shown, size, limit))
+        return b"".join(chunks)
+    except OSError as exc:
+        raise FixtureError(f"{shown}: cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _too_big(shown: Path, size: int, limit: int) -> str:
+    return (
+        f"{shown}: {size} bytes or more, over the {limit // (1 << 20)} MiB a fixture file may hold "
+        "(a recording is plain text a check reads; re-record it or cut the file)"
+    )
+
+
+def _list_inside(root: Path, parts: Sequence[str]) -> list[str]:
+    """Names in the folder root/parts (never through a link); [] when there is none."""
+    fd = _walk(root, parts, want_dir=True)
+    if fd is None:
+        return []
+    try:
+        return sorted(os.listdir(fd))
+    except OSError as exc:
+        raise FixtureError(f"{_shown(root, parts)}: cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _write_inside(root: Path, parts: Sequence[str], data: bytes) -> None:
+    """Write root/parts (folders made), never through a symbolic link; OSError when it cannot."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            new = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = new
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        out = os.open(parts[-1], flags, 0o644, dir_fd=fd)
+        try:
+            if not stat.S_ISREG(os.fstat(out).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", str(_shown(root, parts)))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out, view) :]
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -66,7 +221,7 @@ class Fixture:
     @classmethod
     def load(cls, path: Path) -> Fixture:
         manifest = path / MANIFEST
-        meta = _load_yaml(manifest)
+        meta = _load_yaml(path, (MANIFEST,))
         if not isinstance(meta, dict):
             raise FixtureError(f"{manifest}: a fixture manifest is a mapping (host:, profile:, note:, expect: ...)")
         host = meta.get("host")
@@ -89,22 +244,27 @@ class Fixture:
             dict(expect),
             set(absent),
         )
-        commands_dir = path / "commands"
-        if commands_dir.is_dir():
-            for cmd_file in sorted(commands_dir.glob("*/command.yaml")):
-                record = _load_yaml(cmd_file)
-                argv = record.get("argv") if isinstance(record, dict) else None
-                if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
-                    raise FixtureError(f"{cmd_file}: `argv:` must be a non-empty list of strings")
-                code = record.get("exit_code")
-                timed_out = record.get("timed_out", False)
-                if not isinstance(timed_out, bool):
-                    raise FixtureError(f"{cmd_file}: `timed_out:` must be true or false")
-                if not ((code is None and timed_out) or (isinstance(code, int) and not isinstance(code, bool))):
-                    raise FixtureError(f"{cmd_file}: `exit_code:` must be an integer (or null when it timed out)")
-                if _seconds(record.get("duration_s", 0.0)) is None:
-                    raise FixtureError(f"{cmd_file}: `duration_s:` must be a number of seconds (0 or more)")
-                fixture.commands[tuple(argv)] = (cmd_file.parent, record)
+        for slug in _list_inside(path, ("commands",)):
+            parts = ("commands", slug, "command.yaml")
+            cmd_file = _shown(path, parts)
+            try:
+                record = _load_yaml(path, parts, missing_ok=True)
+            except IsADirectoryError:
+                raise FixtureError(f"{cmd_file}: cannot be read: a folder") from None
+            if record is _ABSENT:  # not a command's folder
+                continue
+            argv = record.get("argv") if isinstance(record, dict) else None
+            if not (isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)):
+                raise FixtureError(f"{cmd_file}: `argv:` must be a non-empty list of strings")
+            code = record.get("exit_code")
+            timed_out = record.get("timed_out", False)
+            if not isinstance(timed_out, bool):
+                raise FixtureError(f"{cmd_file}: `timed_out:` must be true or false")
+            if not ((code is None and timed_out) or (isinstance(code, int) and not isinstance(code, bool))):
+                raise FixtureError(f"{cmd_file}: `exit_code:` must be an integer (or null when it timed out)")
+            if _seconds(record.get("duration_s", 0.0)) is None:
+                raise FixtureError(f"{cmd_file}: `duration_s:` must be a number of seconds (0 or more)")
+            fixture.commands[tuple(argv)] = (cmd_file.parent, record)
         return fixture
 
 
@@ -119,14 +279,24 @@ def _seconds(value: object) -> float | None:
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
-def _load_yaml(path: Path) -> Any:
+_ABSENT: Any = object()
+
+
+def _load_yaml(root: Path, parts: Sequence[str], *, missing_ok: bool = False) -> Any:
+    path = _shown(root, parts)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FixtureError(
-            f"{path}: missing (a fixture folder needs a {MANIFEST}; see `clustercheck record`)"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
+        data = _read_inside(root, parts)
+    except IsADirectoryError:
+        if missing_ok:
+            raise
+        data = None
+    if data is None:
+        if missing_ok:
+            return _ABSENT
+        raise FixtureError(f"{path}: missing (a fixture folder needs a {MANIFEST}; see `clustercheck record`)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise FixtureError(f"{path}: cannot be read: {exc}") from exc
     try:
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -149,18 +319,24 @@ def find_fixtures(paths: Iterable[Path]) -> list[Fixture]:
     """Fixtures from folders that are a fixture or hold fixtures (a recorded cluster)."""
     found: list[Fixture] = []
     for path in paths:
-        if _is_file(path / MANIFEST):
+        if _has_manifest(path):
             found.append(Fixture.load(path))
             continue
         if not path.is_dir():
             raise FixtureError(f"{path}: no such fixture folder")
         try:
-            subs = sorted(p for p in path.iterdir() if _is_file(p / MANIFEST))
+            subs = sorted(p for p in path.iterdir() if _has_manifest(p))
         except OSError as exc:
             raise FixtureError(f"{path}: cannot be read: {exc}") from exc
         if not subs:
             raise FixtureError(f"{path}: holds no {MANIFEST}, and none of its subfolders does")
-        found.extend(Fixture.load(p) for p in subs)
+        for sub in subs:
+            if sub.is_symlink():  # a fixture elsewhere, through a link planted in the cluster folder
+                raise FixtureError(
+                    f"{sub}: a symbolic link to a fixture; replay never follows a link out of the folder "
+                    "(give the fixture's own path)"
+                )
+            found.append(Fixture.load(sub))
     hosts = [f.host for f in found]
     dupes = sorted({h for h in hosts if hosts.count(h) > 1})
     if dupes:
@@ -168,11 +344,13 @@ def find_fixtures(paths: Iterable[Path]) -> list[Fixture]:
     return found
 
 
-def _is_file(path: Path) -> bool:
+def _has_manifest(folder: Path) -> bool:
+    """The folder holds a fixture.yaml of any kind (a link or a FIFO there is refused on loading)."""
     try:
-        return path.is_file()
-    except (OSError, ValueError):  # unreadable, a name too long
+        os.lstat(folder / MANIFEST)
+    except (OSError, ValueError):  # absent, unreadable, a name too long
         return False
+    return folder.is_dir()
 
 
 class ReplayTransport:
@@ -181,6 +359,7 @@ class ReplayTransport:
     def __init__(self, fixture: Fixture) -> None:
         self.fixture = fixture
         self.host = fixture.host
+        self._read_total = 0
 
     def _missing(self, what: str) -> NotRecorded:
         profile = self.fixture.profile or "PROFILE"
@@ -190,6 +369,28 @@ class ReplayTransport:
             f"`clustercheck record --profile {profile} --ssh {self.host} --out {self.fixture.path}`",
         )
 
+    def _read(self, parts: Sequence[str]) -> bytes | None:
+        """A piece of the fixture, within what one host may read in all (MAX_HOST_BYTES)."""
+        left = MAX_HOST_BYTES - self._read_total
+        try:
+            data = _read_inside(self.fixture.path, parts, limit=min(MAX_FILE_BYTES, max(left, 0)))
+        except FixtureError as exc:
+            if left < MAX_FILE_BYTES and "a fixture file may hold" in str(exc):
+                raise FixtureError(
+                    f"{_shown(self.fixture.path, parts)}: over what is left of the "
+                    f"{MAX_HOST_BYTES // (1 << 20)} MiB one replayed host may read"
+                ) from None
+            raise
+        self._read_total += len(data or b"")
+        return data
+
+    def _text(self, parts: Sequence[str], *, errors: str = "replace") -> str:
+        try:
+            data = self._read(parts)
+        except IsADirectoryError:
+            raise FixtureError(f"{_shown(self.fixture.path, parts)}: cannot be read: a folder") from None
+        return (data or b"").decode("utf-8", errors=errors)
+
     def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
         argv = tuple(argv)
         entry = self.fixture.commands.get(argv)
@@ -197,63 +398,68 @@ class ReplayTransport:
             raise self._missing(f"`{shlex.join(argv)}`")
         folder, record = entry
         duration = float(record.get("duration_s", 0.0))  # checked by Fixture.load
-        stdout = _read_optional(folder / "stdout")
-        stderr = _read_optional(folder / "stderr")
+        stdout = self._text(("commands", folder.name, "stdout"))
+        stderr = self._text(("commands", folder.name, "stderr"))
         if record.get("timed_out") or duration > timeout:  # it would not have finished in this budget
             return CommandResult(argv, None, stdout, stderr, min(duration, timeout), timed_out=True)
         return CommandResult(argv, record.get("exit_code"), stdout, stderr, duration)
 
     def read(self, path: str, *, timeout: float) -> str:
-        if path in self.fixture.absent:
-            raise FileNotFoundError(path)
-        local = self.fixture.path / "files" / path.lstrip("/")
-        if _is_file(local):
-            return _read_text(local)
-        raise self._missing(f"the file {path}")
+        try:
+            parts = node_path(path)
+        except ValueError as exc:
+            raise self._missing(f"the file {path} ({exc}: a fixture holds only plain absolute paths)") from None
+        if path in self.fixture.absent or "/" + "/".join(parts) in self.fixture.absent:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
+        try:
+            data = self._read(("files", *parts))
+        except IsADirectoryError:
+            data = None
+        if data is None:
+            raise self._missing(f"the file {path}")
+        return data.decode("utf-8", errors="replace")
 
     def probe(self, name: str, *, timeout: float) -> Any:
-        error, record = _probe_paths(self.fixture.path, name)
-        if _is_file(error):
-            raise HostError(self.host, _read_text(error).strip())
-        if not _is_file(record):
+        if not name or "/" in name or "\0" in name or name.startswith("."):
             raise self._missing(f"the probe {name!r}")
+        error, record = _probe_names(name)
         try:
-            return json.loads(_read_text(record, errors="strict"))
+            message = self._read(("probes", error))
+        except IsADirectoryError:
+            message = None
+        if message is not None:
+            raise HostError(self.host, message.decode("utf-8", errors="replace").strip())
+        try:
+            data = self._read(("probes", record))
+        except IsADirectoryError:
+            data = None
+        if data is None:
+            raise self._missing(f"the probe {name!r}")
+        shown = _shown(self.fixture.path, ("probes", record))
+        try:
+            return json.loads(data.decode("utf-8"))
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError; too deep
-            raise FixtureError(f"{record}: not valid JSON: {_one_line(exc)}") from exc
+            raise FixtureError(f"{shown}: not valid JSON: {_one_line(exc)}") from exc
 
     def close(self) -> None:
         pass
 
 
-def _read_text(path: Path, errors: str = "replace") -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise FixtureError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
-    return data.decode("utf-8", errors=errors)
-
-
-def _read_optional(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return ""
-    except OSError as exc:  # a folder, unreadable
-        raise FixtureError(f"{path}: cannot be read: {exc.strerror or exc}") from exc
-
-
-def _probe_paths(folder: Path, name: str) -> tuple[Path, Path]:
-    """probes/<name>.error and probes/<name>.json (a name may hold dots: `nvml.v2`)."""
-    probes = folder / "probes"
-    return probes / f"{name}.error", probes / f"{name}.json"
+def _probe_names(name: str) -> tuple[str, str]:
+    """<name>.error and <name>.json under probes/ (a name may hold dots: `nvml.v2`)."""
+    return f"{name}.error", f"{name}.json"
 
 
 # -- recording ------------------------------------------------------------------------------
 
 
 class RecordingTransport:
-    """Wraps another transport and writes everything it answers into a fixture folder."""
+    """Wraps another transport and writes everything it answers into a fixture folder.
+
+    Every path it writes is a normalised one under `out` (a node's path with `..` is refused,
+    never followed out of the folder), written without following symbolic links; `record`
+    gives it a new private folder and renames that into place when the recording is done.
+    """
 
     kind = "recording"
 
@@ -270,10 +476,18 @@ class RecordingTransport:
         out.mkdir(parents=True, exist_ok=True)
 
     def _clean(self, text: str) -> str:
-        text = redact_secrets(text)
+        text = redact(text)
         for name in self._names:
             text = re.sub(rf"(?<![A-Za-z0-9-]){re.escape(name)}(?![A-Za-z0-9-])", self.host, text)
         return text
+
+    def _write(self, parts: Sequence[str], text: str) -> None:
+        try:
+            _write_inside(self.out, parts, text.encode("utf-8", errors="surrogateescape"))
+        except (OSError, ValueError) as exc:
+            where = _shown(self.out, parts)
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise HostError(self.host, f"cannot record into {where}: {reason}") from None
 
     def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
         result = self.inner.run(argv, timeout=timeout)
@@ -286,40 +500,43 @@ class RecordingTransport:
                 n += 1
                 slug = f"{base}-{n}"
             self._slugs[key] = slug
-        folder = self.out / "commands" / slug
-        folder.mkdir(parents=True, exist_ok=True)
         record = {
             "argv": list(key),
             "exit_code": result.exit_code,
             "duration_s": round(result.duration_s, 4),
             "timed_out": result.timed_out,
         }
-        (folder / "command.yaml").write_text(yaml.safe_dump(record, sort_keys=False), encoding="utf-8")
-        (folder / "stdout").write_text(self._clean(result.stdout), encoding="utf-8")
-        (folder / "stderr").write_text(self._clean(result.stderr), encoding="utf-8")
+        self._write(("commands", slug, "command.yaml"), yaml.safe_dump(record, sort_keys=False))
+        self._write(("commands", slug, "stdout"), self._clean(result.stdout))
+        self._write(("commands", slug, "stderr"), self._clean(result.stderr))
         return result
 
     def read(self, path: str, *, timeout: float) -> str:
         try:
+            parts = node_path(path)
+        except ValueError as exc:
+            raise HostError(
+                self.host, f"refusing to record the file {path!r}: {exc} (a fixture holds plain absolute paths)"
+            ) from None
+        try:
             text = self.inner.read(path, timeout=timeout)
         except FileNotFoundError:
-            self.absent.add(path)
+            self.absent.add("/" + "/".join(parts))
             raise
-        target = self.out / "files" / path.lstrip("/")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(self._clean(text), encoding="utf-8")
+        self._write(("files", *parts), self._clean(text))
         return text
 
     def probe(self, name: str, *, timeout: float) -> Any:
-        error, json_path = _probe_paths(self.out, name)
-        error.parent.mkdir(parents=True, exist_ok=True)
+        if not name or "/" in name or "\0" in name or name.startswith("."):
+            raise HostError(self.host, f"refusing to record the probe {name!r}: not a plain name")
+        error, json_name = _probe_names(name)
         try:
             record = self.inner.probe(name, timeout=timeout)
         except HostError as exc:
-            error.write_text(self._clean(str(exc)) + "\n", encoding="utf-8")
+            self._write(("probes", error), self._clean(str(exc)) + "\n")
             raise
         text = self._clean(json.dumps(record, indent=2, sort_keys=True))
-        json_path.write_text(text + "\n", encoding="utf-8")
+        self._write(("probes", json_name), text + "\n")
         return record
 
     def connect(self) -> None:
@@ -342,8 +559,6 @@ class RecordingTransport:
             "expect": expect,
             "absent": sorted(self.absent),
         }
-        path = self.out / MANIFEST
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True), encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+        text = yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True)
+        _write_inside(self.out, (MANIFEST,), text.encode("utf-8", errors="surrogateescape"))
+        return self.out / MANIFEST
