@@ -10,6 +10,12 @@ Runs N rounds (default 15); each round runs, one after the other and in a rotati
                      (the Slurm prolog mode: the same profile, plus the job environment, the
                      watchdog and the state file; no syslog, so a benchmark does not flood it)
   nhc                `$NHC -c $NHC_CONF -l LOG -t 10 -r none`   (only when $NHC is set)
+  pyz-prolog         `python3 clustercheck.pyz prolog ...`: the single file (tools/build_pyz.py,
+                     built from this checkout) run by a venv with no packages (a node's own
+                     python3), its cache unpacked; `pyz-pass` is that python's `-c pass`
+  pyz-first          the same with an empty cache: the first job after an upgrade unpacks it
+  pyz-first-8x       8 of those at once on one empty cache (8 job steps starting together):
+                     the wall time until all 8 have ended
 
 and reports the median and 90th percentile wall time of each, the peak RSS of each (median
 of 3 extra, untimed runs under GNU `/usr/bin/time -f %M`), and the ratios of both clustercheck
@@ -36,11 +42,13 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +68,8 @@ class Subject:
     rss_kb: list[int] = field(default_factory=list)  # from separate, untimed runs under GNU time
     exit_codes: set[int] = field(default_factory=set)
     note: str = ""
+    prepare: Callable[[], None] | None = None  # before each run, untimed (empty the cache)
+    at_once: int = 1  # start this many copies together; the time is until the last one ends
 
 
 def run_once(argv: list[str], env: dict[str, str], capture: Path | None = None) -> tuple[float, int]:
@@ -68,6 +78,64 @@ def run_once(argv: list[str], env: dict[str, str], capture: Path | None = None) 
         start = time.perf_counter()
         rc = subprocess.call(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL, env=env)
         return (time.perf_counter() - start) * 1000.0, rc
+
+
+def run_subject(s: Subject) -> tuple[float, int]:
+    if s.prepare is not None:
+        s.prepare()
+    if s.at_once == 1:
+        return run_once(s.argv, s.env)
+    start = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            s.argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=s.env
+        )
+        for _ in range(s.at_once)
+    ]
+    codes = [p.wait() for p in procs]
+    return (time.perf_counter() - start) * 1000.0, max(codes)
+
+
+def single_file(tmpdir: str, env: dict[str, str], prolog_args: list[str]) -> list[Subject]:
+    """The single file's rows: built here, run by a python3 with no packages at all."""
+    tmp = Path(tmpdir)
+    pyz = tmp / "clustercheck.pyz"
+    built = subprocess.run(
+        [sys.executable, str(HERE.parent / "tools" / "build_pyz.py"), "--source", str(HERE.parent), "-o", str(pyz)],
+        capture_output=True,
+        text=True,
+    )
+    if built.returncode != 0:
+        print(f"bench: the single file did not build: {built.stderr.strip()}", file=sys.stderr)
+        return []
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(tmp / "bare")], check=True)
+    python = str(tmp / "bare" / "bin" / "python3")
+    warm, first = tmp / "cache-warm", tmp / "cache-first"
+
+    def empty() -> None:
+        shutil.rmtree(first, ignore_errors=True)
+
+    def cache(path: Path) -> dict[str, str]:
+        return {**env, "CLUSTERCHECK_CACHE": str(path)}
+
+    argv = [python, str(pyz), *prolog_args]
+    size = f"{pyz.stat().st_size / 1e6:.2f} MB"
+    return [
+        Subject("pyz-pass", "bare python3 -c pass (the single file's interpreter)", [python, "-c", "pass"], env),
+        Subject("pyz-prolog", f"python3 clustercheck.pyz prolog ({size}; cache unpacked)", argv, cache(warm)),
+        Subject(
+            "pyz-first", "python3 clustercheck.pyz prolog, first run (empty cache)", argv, cache(first), prepare=empty
+        ),
+        Subject(
+            "pyz-first-8x",
+            "8 x python3 clustercheck.pyz prolog at once, empty cache",
+            argv,
+            cache(first),
+            prepare=empty,
+            at_once=8,
+        ),
+    ]
 
 
 def peak_rss_kb(argv: list[str], env: dict[str, str], tmpdir: str) -> int | None:
@@ -155,6 +223,10 @@ def main() -> int:
             env,
         )
     )
+    # ordinary keys: the single file's rows have their own state file
+    subjects += single_file(
+        tmp.name, env, ["prolog", "--state-file", str(Path(tmp.name) / "pyz-state.json"), "--syslog-socket", ""]
+    )
     nhc_path = os.environ.get("NHC", "")
     nhc_conf = os.environ.get("NHC_CONF", str(HERE / "nhc.conf"))
     nhc_state = "not installed here (set NHC to an nhc executable)"
@@ -175,7 +247,7 @@ def main() -> int:
     for _ in range(args.warmup):
         for s in subjects:
             capture = Path(tmp.name) / f"{s.key}.out"
-            _, rc = run_once(s.argv, s.env, capture)
+            _, rc = run_once(s.argv, s.env, capture) if s.at_once == 1 and not s.prepare else run_subject(s)
             s.exit_codes.add(rc)
     cc = next(s for s in subjects if s.key == "clustercheck")
     if args.warmup:
@@ -203,11 +275,15 @@ def main() -> int:
     for r in range(args.rounds):
         order = subjects[r % len(subjects) :] + subjects[: r % len(subjects)]
         for s in order:
-            wall, rc = run_once(s.argv, s.env)
+            wall, rc = run_subject(s)
             s.wall_ms.append(wall)
             s.exit_codes.add(rc)
     for _ in range(RSS_RUNS):
         for s in subjects:
+            if s.at_once > 1:
+                continue
+            if s.prepare is not None:
+                s.prepare()
             rss = peak_rss_kb(s.argv, s.env, tmp.name)
             if rss is not None:
                 s.rss_kb.append(rss)
@@ -256,6 +332,16 @@ def main() -> int:
     )
     if pro.note:
         lines.append(f"clustercheck prolog warm-up run: {pro.note}")
+    if "pyz-prolog" in by:
+        lines.append(
+            f"single file prolog / venv prolog: {med['pyz-prolog'] / med['prolog']:.2f}x "
+            f"({med['pyz-prolog'] - med['prolog']:+.1f} ms); above its python -c pass: "
+            f"{med['pyz-prolog'] - med['pyz-pass']:.1f} ms"
+        )
+        lines.append(
+            f"single file, first run after an upgrade (unpacking): {med['pyz-first']:.1f} ms "
+            f"(+{med['pyz-first'] - med['pyz-prolog']:.1f} ms); 8 at once: all done in {med['pyz-first-8x']:.1f} ms"
+        )
     if "nhc" in by:
         lines.append(f"clustercheck / NHC: {med['clustercheck'] / med['nhc']:.2f}x (median over median)")
         lines.append(f"clustercheck prolog / NHC: {med['prolog'] / med['nhc']:.2f}x (median over median)")
