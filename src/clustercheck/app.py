@@ -84,6 +84,20 @@ AcceptOpt = Annotated[
     ),
 ]
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Hosts checked at once.")]
+
+
+class View(str, Enum):
+    check = "check"
+    host = "host"
+
+
+ByOpt = Annotated[
+    View,
+    typer.Option("--by", help="Several hosts in a table: problems by check, or one line per problem host."),
+]
+AllHostsOpt = Annotated[
+    bool, typer.Option("--all", help="Several hosts in a table: every host's checks, not only the problem hosts'.")
+]
 CommandTimeoutOpt = Annotated[
     float, typer.Option("--command-timeout", min=0.1, help="Seconds one command or file read may take.")
 ]
@@ -105,6 +119,8 @@ def run(
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.table,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here (atomically).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show evidence and remedies.")] = False,
+    by: ByOpt = View.check,
+    all_hosts: AllHostsOpt = False,
     timeout: Annotated[float | None, typer.Option("--timeout", min=0.1, help="Seconds the whole run may take.")] = None,
     command_timeout: CommandTimeoutOpt = 10.0,
     host_timeout: Annotated[
@@ -139,6 +155,8 @@ def run(
         command_timeout=command_timeout,
         host_timeout=host_timeout,
         jobs=jobs,
+        by=by.value,
+        all_hosts=all_hosts,
     )
 
 

@@ -129,6 +129,8 @@ def execute_run(
     command_timeout: float = 10.0,
     host_timeout: float | None = None,
     jobs: int = 32,
+    by: str = "check",
+    all_hosts: bool = False,
 ) -> None:
     """`clustercheck run`: load the profile, run it, render the report, set the exit code.
 
@@ -144,6 +146,7 @@ def execute_run(
     from clustercheck import formats, runner
     from clustercheck import profile as profiles
 
+    formats.check_view(fmt, by=by, all_hosts=all_hosts)  # before any host is contacted
     prof = profiles.load(profile or recorded_profile(transports), extra_check_dirs=checks_dirs)
     stream = fmt == "jsonl" and output is None  # each host's lines as soon as it is done
     progress = None
@@ -172,7 +175,7 @@ def execute_run(
     if progress is not None:
         progress.close()
     if not stream:
-        write_output(lambda out: formats.render(report, fmt, out, verbose=verbose), output)
+        write_output(lambda out: formats.render(report, fmt, out, verbose=verbose, by=by, all_hosts=all_hosts), output)
     state.exit_code = int(report.exit_code)
 
 

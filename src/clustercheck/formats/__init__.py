@@ -16,7 +16,7 @@ from typing import Protocol, TextIO
 from clustercheck.errors import UsageError
 from clustercheck.result import Report
 
-__all__ = ["FORMATS", "Renderer", "escape_controls", "render", "renderer"]
+__all__ = ["FORMATS", "VIEWS", "Renderer", "check_view", "escape_controls", "render", "renderer"]
 
 #: Every format name the CLI accepts, the default first.
 FORMATS = ("table", "json", "jsonl", "junit", "prometheus", "html")
@@ -46,8 +46,29 @@ def renderer(fmt: str) -> Renderer:
     return func
 
 
-def render(report: Report, fmt: str, out: TextIO, *, verbose: bool = False) -> None:
-    """Write `report` in format `fmt` onto `out`."""
+#: How the table format lays out several hosts: problems by check (the default) or by host.
+VIEWS = ("check", "host")
+
+
+def check_view(fmt: str, *, by: str = "check", all_hosts: bool = False) -> None:
+    """UsageError (exit 64, before any host is contacted) for a view the format cannot show."""
+    if by not in VIEWS:
+        raise UsageError(f"--by {by}: choose one of: {', '.join(VIEWS)}")
+    if fmt != "table" and (by != "check" or all_hosts):
+        option = "--all" if all_hosts else f"--by {by}"
+        raise UsageError(f"{option} shapes the table format only; -f {fmt} holds every host and check already")
+
+
+def render(
+    report: Report, fmt: str, out: TextIO, *, verbose: bool = False, by: str = "check", all_hosts: bool = False
+) -> None:
+    """Write `report` in format `fmt` onto `out`; `by` and `all_hosts` are the table's fleet view."""
+    check_view(fmt, by=by, all_hosts=all_hosts)
+    if fmt == "table" and (by != "check" or all_hosts):
+        from clustercheck.formats import table
+
+        table.render(report, out, verbose=verbose, by=by, all_hosts=all_hosts)
+        return
     renderer(fmt)(report, out, verbose=verbose)
 
 

@@ -1,9 +1,11 @@
 """The html format: one self-contained page for a fleet (no network fetches, inline CSS).
 
 What an admin would rather look at than read for 500 nodes: the totals, a nodes x checks
-grid of coloured cells (hover for the summary), the problems grouped by check with folded
-hostlists, drift from the majority, stragglers, and each host's details (evidence and
-remedy) in a collapsible section. Every text from checks is HTML-escaped.
+grid (each cell its status letter on its status colour, with a legend, so it reads without
+colour too; hover for the summary), the hosts that could not be reached by cause, one row
+per distinct problem with its folded hostlist (the same grouping as the table format),
+drift from the majority, stragglers, and each host's details (evidence and remedy) in a
+collapsible section. Every text from checks is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -23,15 +25,25 @@ _COLOURS = {
     Status.ERROR: "#8e24aa",
 }
 
+#: The letter in each grid cell: the grid must read without colour (and in print).
+LETTERS = {Status.OK: "O", Status.WARN: "W", Status.FAIL: "F", Status.SKIP: "S", Status.ERROR: "E"}
+# Text on each colour: dark on the light ones (contrast at least 4.5:1, WCAG AA).
+_INK = {Status.OK: "#fff", Status.WARN: "#000", Status.FAIL: "#fff", Status.SKIP: "#000", Status.ERROR: "#fff"}
+
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}
 table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
 th.check{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;white-space:nowrap}
-td.cell{width:1.4em;height:1.4em;padding:0}
-.st{color:#fff;border-radius:3px;padding:0 5px}
+td.cell{width:1.5em;min-width:1.5em;height:1.5em;padding:0;text-align:center;vertical-align:middle;
+font:bold 12px/1 ui-monospace,monospace}
+#grid th.host{white-space:nowrap}
+.st{border-radius:3px;padding:0 5px}
+#legend span.st{display:inline-block;min-width:1.2em;text-align:center;font:bold 12px/1.5 ui-monospace,monospace}
+#legend{margin:.4em 0}#legend>span{margin-right:1.2em;white-space:nowrap}
 details{margin:.3em 0}summary{cursor:pointer}pre{margin:.2em 0 .2em 1.5em;color:#555;white-space:pre-wrap}
-""" + "".join(f".s-{s.value}{{background:{c}}}" for s, c in _COLOURS.items())
+details td:last-child,#groups td:last-child,#unreachable td:last-child,pre{overflow-wrap:anywhere}
+""" + "".join(f".s-{s.value}{{background:{c};color:{_INK[s]}}}" for s, c in _COLOURS.items())
 
 
 def _badge(status: Status) -> str:
@@ -56,28 +68,38 @@ def render(report: Report, out: TextIO, *, verbose: bool = False) -> None:
     w(", ".join(f"{len(h)} {s}" for s, h in fleet.hosts_by_status.items() if h))
     w(" &middot; checks: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + "</p>\n")
 
-    w('<h2>Nodes &times; checks</h2>\n<table id="grid"><thead><tr><th>host</th>')
+    w('<h2>Nodes &times; checks</h2>\n<p id="legend">')
+    for status, letter in LETTERS.items():
+        w(f'<span><span class="st s-{status.value}">{letter}</span> {status.value}</span>')
+    w('<span><span class="st" style="border:1px solid #ddd">&nbsp;</span> not run on this host</span></p>\n')
+    w('<table id="grid"><thead><tr><th>host</th>')
     w("".join(f'<th class="check">{escape(c)}</th>' for c in checks) + "</tr></thead><tbody>\n")
     for host in report.hosts:
         by_id = {c.id: c for c in host.checks}
         w(f'<tr class="host" data-host="{escape(host.host)}">')
-        w(f'<th><a href="#h-{escape(host.host)}">{escape(host.host)}</a></th>')
+        w(f'<th class="host"><a href="#h-{escape(host.host)}">{escape(host.host)}</a></th>')
         for check_id in checks:
             c = by_id.get(check_id)
             if c is None:
                 w('<td class="cell"></td>')
                 continue
             tip = escape(f"{check_id}: {c.status.value}: {c.summary}")
-            w(f'<td class="cell s-{c.status.value}" title="{tip}"></td>')
+            w(f'<td class="cell s-{c.status.value}" title="{tip}">{LETTERS[c.status]}</td>')
         w("</tr>\n")
     w("</tbody></table>\n")
 
+    if fleet.unreachable:
+        w(_table_head("Unreachable hosts", "unreachable", "hosts", "cause"))
+        for u in fleet.unreachable:
+            messages = "".join(f"{escape(h)}: {escape(m)}\n" for h, m in u.messages)
+            w(f"<tr><td>{escape(fold(u.hosts))}&nbsp;({len(u.hosts)})</td><td>{escape(u.cause)}")
+            w(f"<details><summary>each host</summary><pre>{messages}</pre></details></td></tr>\n")
+        w("</table>\n")
     if fleet.groups:
         w(_table_head("Problems by check", "groups", "status", "check", "hosts", "summary"))
-        for g in fleet.groups:
-            summaries = "<br>".join(f"{escape(s)} ({n})" for s, n in g.summaries)
+        for g in fleet.groups:  # one row per distinct problem (analyzers.fleet folds them)
             w(f"<tr><td>{_badge(g.status)}</td><td>{escape(g.check)}</td>")
-            w(f"<td>{escape(fold(g.hosts))} ({len(g.hosts)})</td><td>{summaries}</td></tr>\n")
+            w(f"<td>{escape(fold(g.hosts))}&nbsp;({len(g.hosts)})</td><td>{escape(g.summary)}</td></tr>\n")
         w("</table>\n")
     if fleet.drift:
         w(_table_head("Drift from the majority", "drift", "fact", "majority", "differing hosts"))

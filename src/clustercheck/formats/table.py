@@ -7,7 +7,7 @@ verbose, the summary cell also holds the evidence (indented, dim) and the remedy
 Colour only when `out` is a terminal (rich decides; FORCE_COLOR, TTY_COMPATIBLE and
 NO_COLOR are honoured). Text from checks is never read as rich markup, and control
 characters in it are spelled out (`\\x1b`), so command output cannot drive the terminal.
-Width: the terminal's, else 120 columns.
+Width: the terminal's; off a terminal (a pipe, a file) $COLUMNS, else 120 columns.
 """
 
 from __future__ import annotations
@@ -101,14 +101,19 @@ def render(
     verbose: bool = False,
     width: int | None = None,
     force_terminal: bool | None = None,
+    by: str = "check",
+    all_hosts: bool = False,
 ) -> None:
     """Tables of the report onto `out`.
 
-    `width` defaults to the terminal's, else 120; `force_terminal` overrides rich's guess
-    whether `out` is a terminal (colour), e.g. when rendering into a buffer for a tty.
+    One host: its table. Several: the fleet view (hosts by status, unreachable hosts by
+    cause, problems by check or, with `by="host"`, one line per problem host, drift,
+    stragglers); `verbose` puts the problem hosts' tables (every host's with `all_hosts`)
+    with evidence and remedies before it. `width` defaults to the terminal's, else 120;
+    `force_terminal` overrides rich's guess whether `out` is a terminal (colour).
     """
     if width is None and not _isatty(out):
-        width = DEFAULT_WIDTH
+        width = piped_width()
     console = Console(
         file=out,
         width=width,
@@ -118,48 +123,83 @@ def render(
         highlight=False,
     )
     id_width = max((len(c.id) for h in report.hosts for c in h.checks), default=5)
-    # One host, or -v: every host's table. Several hosts: the fleet view only (hosts by
-    # status, problems by check), which stays a few lines for hundreds of hosts.
     fleet = len(report.hosts) > 1
-    shown = report.hosts if verbose or not fleet else ()
+    if not fleet:
+        shown: tuple[HostReport, ...] = report.hosts
+    elif all_hosts:
+        shown = report.hosts
+    elif verbose:
+        # The problem hosts; a host that could not be reached has only "not run" rows,
+        # which the unreachable block says once.
+        from clustercheck.analyzers.fleet import is_unreachable
+
+        shown = tuple(h for h in report.hosts if h.status not in _QUIET and not is_unreachable(h))
+    else:
+        shown = ()
     for host in shown:
         # The title is a line of its own, as a Table title would be padded with blanks.
         console.print(Text.assemble(_text(host.host, style="bold"), " ", _status(host.status)))
         console.print(_host_table(host, verbose=verbose, id_width=id_width))
         console.print()
     if fleet:
-        _print_fleet(console, report, full=bool(shown))
-    if fleet and not shown:
-        console.print(Text("(-v shows every host's checks with their evidence and remedies)", style="dim"))
+        _print_fleet(console, report, by=by, verbose=verbose)
+    if fleet and not verbose:
+        hint = "-v: the problem hosts' checks with evidence and remedies"
+        hint += " · --by check: problems by check" if by == "host" else " · --by host: one line per host"
+        if console.encoding.lower().startswith("utf"):
+            console.print(Text(f"({hint})", style="dim"))
+        else:
+            console.print(Text(f"({hint.replace(' · ', '; ')})", style="dim"))
     separator = "·" if console.encoding.lower().startswith("utf") else "-"
     console.print(_footer(report, separator=separator))
 
 
-def _print_fleet(console: Console, report: Report, *, full: bool) -> None:
-    """Several hosts: what they share, in a few lines (failures by check, drift, stragglers)."""
+_QUIET = (Status.OK, Status.SKIP)
+
+
+def _print_fleet(console: Console, report: Report, *, by: str, verbose: bool) -> None:
+    """Several hosts: what they share, in a few lines (problems, unreachable hosts, drift, stragglers)."""
     from clustercheck.analyzers.fleet import summarize
     from clustercheck.hostlist import fold
 
     fleet = summarize(report)
-    if not full:
-        for status, hosts in fleet.hosts_by_status.items():
-            if hosts:
-                noun = "host" if len(hosts) == 1 else "hosts"
-                console.print(Text.assemble(_status(Status(status)), f" {len(hosts)} {noun}: ", fold(hosts)))
+    for status, hosts in fleet.hosts_by_status.items():
+        if hosts:
+            noun = "host" if len(hosts) == 1 else "hosts"
+            console.print(Text.assemble(_status(Status(status)), f" {len(hosts)} {noun}: ", fold(hosts)))
+    console.print()
+    for unreachable in fleet.unreachable:
+        line = Text.assemble(
+            ("unreachable", STATUS_STYLES[Status.ERROR]), ": ", fold(unreachable.hosts), ": ", _text(unreachable.cause)
+        )
+        console.print(line)
+        if verbose:
+            for host, message in unreachable.messages:
+                console.print(Padding(Text.assemble((host, "bold"), ": ", _text(message)), (0, 0, 0, 2)))
+    if fleet.unreachable:
         console.print()
-    if fleet.groups:
+    if by == "host":
+        rows = [h for h in fleet.hosts if h.problems]  # the unreachable ones are above
+        if rows:
+            console.print(Text("problems by host", style="bold"))
+            table = Table(box=box.SIMPLE_HEAD, highlight=False)
+            table.add_column("host", no_wrap=True)
+            table.add_column("status", no_wrap=True)
+            table.add_column("problems", overflow="fold")
+            for h in rows:
+                table.add_row(_text(h.host), _status(h.status), _text(h.line()))
+            console.print(table)
+    elif fleet.groups:
         console.print(Text("problems by check", style="bold"))
         table = Table(box=box.SIMPLE_HEAD, highlight=False)
         for column in ("status", "check", "hosts", "summary"):
             table.add_column(column, overflow="fold", no_wrap=column == "status")
         for group in fleet.groups:
-            summary, _ = group.summaries[0]
-            more = len(group.summaries) - 1
             table.add_row(
                 _status(group.status),
                 _text(group.check),
                 _text(f"{fold(group.hosts)} ({len(group.hosts)})"),
-                _text(summary + (f"  (+{more} other summaries)" if more else "")),
+                _text(group.summary),
             )
         console.print(table)
     if fleet.drift:
@@ -177,6 +217,14 @@ def _print_fleet(console: Console, report: Report, *, full: bool) -> None:
             Text.assemble(("stragglers", "bold"), f" (fleet median {fleet.stragglers[0].median_s:.1f} s): ", slow)
         )
         console.print()
+
+
+def piped_width() -> int:
+    """Width off a terminal (a pipe, a file): $COLUMNS when it is a number (20 or more), else 120."""
+    import os
+
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) >= 20 else DEFAULT_WIDTH
 
 
 def _isatty(out: TextIO) -> bool:
