@@ -395,6 +395,11 @@ RESULTS_NOTES = """
   watchdog thread and writing the JSON state file atomically; it prints a one-line verdict
   instead of the JSON report. It runs with `--syslog-socket ''` (no syslog: a benchmark must not
   flood it; one datagram to /dev/log costs microseconds, and this VM has no /dev/log).
+- The single file's rows (`make dist`'s dist/clustercheck.pyz, built here from the checkout) run
+  it with a venv that has no packages, as a node's own `python3`: its start-up misses the venv's
+  site-packages (`.pth` files, the editable install's finder), and adds the reading of its ~1 MB
+  of payload comment lines (~10 ms). The first run of a build unpacks it and compiles the
+  prolog's modules (clustercheck, PyYAML) once; 8 first runs at once wait on one lock for that.
 - About 100 ms of NHC's time is its watchdog's shutdown (`kill_watchdog` sleeps 0.1 s); with
   `-t 0` (no watchdog) the same NHC run takes ~27 ms. Sites run NHC with its watchdog on, which is
   what is compared here.

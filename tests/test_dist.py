@@ -140,6 +140,14 @@ def test_prolog_writes_its_state_file(pyz: Path, bare_python: Path, tmp_path: Pa
     assert "FAIL, the node must not run the job" in result.stdout
 
 
+def test_health_runs_and_changes_nothing_without_scontrol(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    args = ("health", "--replay", NODE, "--profile", PROFILE, "--node", "gpu012", "--syslog-socket", "")
+    result = run(bare_python, pyz, *args, "--scontrol", tmp_path / "no-scontrol", cache=tmp_path / "cache")
+    assert result.returncode == 3
+    assert "cannot read node gpu012's state, so nothing was changed" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_eight_first_runs_at_once_share_one_unpacked_copy(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"  # empty: the first jobs after an upgrade
 

@@ -115,8 +115,9 @@ def parse(command: str, args: Sequence[str], spec: Spec) -> tuple[dict[str, Any]
     rest = list(args)
     while rest:
         arg = rest.pop(0)
-        if arg == "--help" or arg == "-h":
-            raise UsageError(f"{command}: see `clustercheck --help`\n{USAGE}")
+        if arg in ("--help", "-h"):
+            print(USAGE, end="")
+            sys.exit(0)
         if not arg.startswith("-") or arg == "-":
             positional.append(arg)
             continue
