@@ -210,6 +210,60 @@ def old_pythons() -> list[Path]:
     return found
 
 
+def other_pythons() -> list[Path]:
+    """Interpreters 3.10+ besides the one running the tests: on PATH, or installed with pyenv."""
+    names = [f"python3.{minor}" for minor in range(10, 16)]
+    candidates = [shutil.which(n) for n in names]
+    if shutil.which("pyenv"):
+        listed = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, timeout=30)
+        for v in listed.stdout.split():
+            if re.fullmatch(r"3\.1[0-9]\.\d+", v):
+                prefix = subprocess.run(["pyenv", "prefix", v], capture_output=True, text=True, timeout=30)
+                candidates.append(str(Path(prefix.stdout.strip()) / "bin" / "python3"))
+    found: dict[str, Path] = {}
+    for c in filter(None, candidates):
+        probe = subprocess.run([c, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True)
+        version = probe.stdout.strip()
+        if probe.returncode == 0 and version and version != sys.version.split()[0]:
+            found.setdefault(version.rsplit(".", 1)[0], Path(c))
+    return list(found.values())
+
+
+def test_other_python_versions_run_it_with_no_site_packages(pyz: Path, tmp_path: Path) -> None:
+    pythons = other_pythons()
+    if not pythons:
+        pytest.skip("no other Python 3.10+ here (on PATH or from pyenv)")
+    for python in pythons:  # -I -S: not even that Python's own site-packages
+        result = subprocess.run(
+            [str(python), "-I", "-S", str(pyz), "run", "--replay", str(NODE), "--profile", str(PROFILE), "-f", "json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+            env=_env(tmp_path / "cache"),
+        )
+        assert result.returncode == 2, (python, result.stderr)
+        (host,) = json.loads(result.stdout)["hosts"].values()
+        assert {c["id"]: c["status"] for c in host["checks"]}["gpu.xid"] == "fail"
+
+
+def test_it_runs_through_its_shebang(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    """As slurmd or a shell runs it: `#!/usr/bin/env python3`, the first python3 on PATH."""
+    path = f"{bare_python.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    env = {**_env(tmp_path / "cache"), "PATH": path}
+    result = subprocess.run([str(pyz), "--version"], capture_output=True, text=True, timeout=120, env=env)
+    assert (result.returncode, result.stdout) == (0, f"clustercheck {__version__}\n"), result.stderr
+
+
+def test_it_carries_every_package_pyproject_installs(pyz: Path, tmp_path: Path) -> None:
+    tomllib = pytest.importorskip("tomllib")
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    files = build_pyz.from_source(REPO)
+    for package in packages:
+        assert f"{package.replace('.', '/')}/__init__.py" in files, package
+    assert "clustercheck/profiles/prolog.yaml" in files and "clustercheck/profile.schema.json" in files
+
+
 def test_its_first_lines_parse_under_old_pythons(pyz: Path) -> None:
     """Before the version check runs, the whole file must compile: only two lines are code."""
     text = pyz.read_text(encoding="ascii")
