@@ -24,7 +24,7 @@ from tests.helpers import REPO, cli
 from tests.sshd import SSHServer
 
 from clustercheck.errors import HostError
-from clustercheck.transports.local import LocalTransport
+from clustercheck.transports.local import LocalTransport, kill_children
 from clustercheck.transports.ssh import SSHTransport
 
 
@@ -236,3 +236,26 @@ def test_killing_the_client_kills_its_remote_commands(sshd: SSHServer, tmp_path:
     finally:
         proc.kill()
     assert gone_within(marker, 2), alive(marker)
+
+
+def test_a_parent_can_kill_what_a_killed_worker_process_started(marker: str) -> None:
+    """The prolog runs its checks in a child it kills at the budget: kill_children(owner=child)
+    then ends the child's commands, a `setsid` daemon whose parent is gone included."""
+    worker = subprocess.Popen(
+        [sys.executable, "-c",
+         "from clustercheck.transports.local import LocalTransport\n"
+         f"LocalTransport('w').run(['bash', '-c', {daemon(marker + '-d') + '; exec -a ' + marker + ' sleep 60'!r}],"
+         " timeout=60)\n"],
+        cwd=REPO,
+    )  # fmt: skip
+    commands = f"^{marker}"  # the worker's own command line holds the marker too
+    try:
+        wait_for(f"{commands}-d")
+        wait_for(f"{commands} ")
+        worker.kill()  # SIGKILL: the worker's own handlers cannot run
+        worker.wait(timeout=10)
+        assert len(alive(commands)) == 2, "the worker's commands died with it: nothing left to test"
+        assert kill_children(owner=worker.pid) >= 2
+    finally:
+        worker.kill()
+    assert gone_within(commands, 1), alive(commands)

@@ -48,6 +48,7 @@ _LIVE: dict[int, tuple[subprocess.Popen[bytes], str]] = {}  # pid -> (process, i
 _LIVE_LOCK = threading.Lock()
 _SEQ = itertools.count(1)
 _PREVIOUS: dict[int, Any] = {}  # signal -> the handler ours replaced
+_INSTALLED_IN = 0  # the pid that installed our handlers (a forked child installs its own)
 
 
 def kill_children(owner: int | None = None) -> int:
@@ -69,12 +70,14 @@ def kill_children(owner: int | None = None) -> int:
 def install_signal_handlers() -> None:
     """On SIGTERM, SIGHUP and SIGINT, kill our commands, then do what the signal did before.
 
-    Idempotent. Only from the main thread (Python's rule; elsewhere it does nothing). A
+    Once per process. Only from the main thread (Python's rule; elsewhere it does nothing). A
     signal that was ignored (nohup) stays ignored; a Python handler installed before ours
     still runs after the commands are killed (SIGINT's raises KeyboardInterrupt).
     """
-    if threading.current_thread() is not threading.main_thread():
-        return
+    global _INSTALLED_IN
+    if threading.current_thread() is not threading.main_thread() or os.getpid() == _INSTALLED_IN:
+        return  # once per process: a handler that chains to ours must not get ours chained to it
+    _INSTALLED_IN = os.getpid()
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         with contextlib.suppress(ValueError, OSError):
             current = signal.getsignal(signum)
