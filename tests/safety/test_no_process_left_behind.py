@@ -259,3 +259,27 @@ def test_a_parent_can_kill_what_a_killed_worker_process_started(marker: str) -> 
     finally:
         worker.kill()
     assert gone_within(commands, 1), alive(commands)
+
+
+def test_a_signal_to_a_parent_whose_worker_runs_the_checks_ends_them(tmp_path: Path, marker: str) -> None:
+    """The prolog forks a worker for its checks: SIGTERM to the prolog alone ends the worker and
+    its commands (kill_worker_on_signal)."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, time\n"
+        "from clustercheck.transports.local import LocalTransport, kill_worker_on_signal\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        f"    LocalTransport('w').run(['bash', '-c', {'exec -a ' + marker + ' sleep 60'!r}], timeout=60)\n"
+        "    os._exit(0)\n"
+        "kill_worker_on_signal(pid)\n"
+        "os.waitpid(pid, 0)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO)
+    try:
+        wait_for(f"^{marker}")
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=10) == -signal.SIGTERM  # it still dies of the signal
+    finally:
+        parent.kill()
+    assert gone_within(f"^{marker}", 1), alive(f"^{marker}")

@@ -31,7 +31,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
@@ -85,6 +85,42 @@ def install_signal_handlers() -> None:
                 continue
             _PREVIOUS[signum] = current
             signal.signal(signum, _on_signal)
+
+
+def kill_worker_on_signal(worker: int) -> Callable[[], None]:
+    """In a parent that forked `worker` to run the checks (the prolog's budget): on SIGTERM,
+    SIGHUP or SIGINT kill the worker and every command it started, then do what the signal
+    did before (by default: die of it). Main thread only. Returns the function that puts the
+    previous handlers back, for when the worker is done.
+    """
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(worker, signal.SIGKILL)
+        kill_children(owner=worker)
+        kill_children()
+        before = previous.get(signum, signal.SIG_DFL)
+        if callable(before):
+            before(signum, frame)
+            return
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        with contextlib.suppress(ValueError, OSError):
+            current = signal.getsignal(signum)
+            if current == signal.SIG_IGN:
+                continue
+            previous[signum] = current
+            signal.signal(signum, handler)
+
+    def restore() -> None:
+        for signum, before in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, before)
+
+    return restore
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
