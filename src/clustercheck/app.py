@@ -11,11 +11,14 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from clustercheck import __version__, cli
+
+if TYPE_CHECKING:
+    from clustercheck.profile import Profile
 from clustercheck.errors import UsageError
 
 app = typer.Typer(
@@ -292,45 +295,103 @@ def _put_in_place(tmp: Path, out: Path, force: bool) -> None:
                 old.unlink(missing_ok=True)
 
 
+def _site_checks(checks_dir: list[Path] | None, profile: str | None) -> Profile | None:
+    """Register the site checks of --checks folders and of --profile's check_dirs; the profile, if any."""
+    from clustercheck import profile as profiles
+    from clustercheck import registry
+
+    dirs = tuple(checks_dir or ())
+    if profile is not None:
+        return profiles.load(profile, extra_check_dirs=dirs)  # every problem at once, FILE:LINE
+    for d in dirs:
+        try:
+            registry.load_dir(d)
+        except UsageError as exc:
+            raise UsageError(f"--checks {d}: {exc}") from None
+    return None
+
+
+ListProfileOpt = Annotated[
+    str | None, typer.Option("--profile", "-p", help="Also load the site checks of this profile's check_dirs.")
+]
+
+
 @app.command("checks")
 def list_checks(
     fmt: Annotated[ListFormat, typer.Option("--format", "-f", help="Output format.")] = ListFormat.table,
     checks_dir: ChecksDirOpt = None,
+    profile: ListProfileOpt = None,
 ) -> None:
-    """List every registered check: id, title, what it reads, its parameters."""
+    """List every registered check: id, title, what it reads, its parameters.
+
+    Check ids are never cut: the other columns wrap; off a terminal the width is $COLUMNS (else
+    120), and below what a table needs, each check is a block of lines.
+    """
     from clustercheck import registry
 
-    for d in checks_dir or ():
-        registry.load_dir(d)
+    _site_checks(checks_dir, profile)
     specs = registry.all_checks()
     if fmt is ListFormat.json:
         json.dump([s.to_json() for s in specs], sys.stdout, indent=2)
         print()
         return
+    from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table("check", "what it expects", "reads", "parameters", show_lines=True)
+    from clustercheck.formats.table import piped_width
+
+    def params(spec: registry.CheckSpec) -> list[str]:
+        return [
+            f"{p.name}: {p.type_name}" + (" (required)" if p.required else f" = {p.default!r}") for p in spec.params
+        ]
+
+    console = Console(width=None if sys.stdout.isatty() else piped_width(), markup=False, highlight=False)
+    id_width = max((len(s.id) for s in specs), default=5)
+    if console.width < id_width + 48:  # too narrow for four columns: a block per check
+        from rich.padding import Padding
+
+        for s in specs:
+            console.print(Text(s.id, style="bold"), crop=False, overflow="ignore")
+            grid = Table.grid(padding=(0, 1))
+            grid.add_column(no_wrap=True)
+            grid.add_column(overflow="fold")
+            for label, lines in (("expects", [s.title]), ("reads", list(s.needs)), ("parameters", params(s))):
+                if lines:
+                    grid.add_row(label, Text("\n".join(lines)))
+            console.print(Padding(grid, (0, 0, 1, 2)))
+        return
+    table = Table(show_lines=True, box=box.SQUARE)
+    table.add_column("check", no_wrap=True, min_width=id_width)
+    for column in ("what it expects", "reads", "parameters"):
+        table.add_column(column, overflow="fold")
     for s in specs:
-        params = "\n".join(
-            f"{p.name}: {p.type_name}" + (" (required)" if p.required else f" = {p.default!r}") for p in s.params
-        )
-        table.add_row(s.id, s.title, "\n".join(s.needs), params)
-    Console().print(table)
+        table.add_row(Text(s.id), Text(s.title), Text("\n".join(s.needs)), Text("\n".join(params(s))))
+    console.print(table)
 
 
 @app.command()
-def explain(check_id: Annotated[str, typer.Argument(help="A check id, e.g. node.memory.")]) -> None:
-    """Why a check matters, how it decides, and how to fix a failure."""
+def explain(
+    check_id: Annotated[str, typer.Argument(help="A check id, e.g. node.memory.")],
+    checks_dir: ChecksDirOpt = None,
+    profile: Annotated[
+        str | None,
+        typer.Option("--profile", "-p", help="Load this profile's check_dirs, and show how it sets the check."),
+    ] = None,
+) -> None:
+    """Why a check matters, how it decides, and how to fix a failure (site checks too)."""
     import difflib
 
     from clustercheck import registry
 
+    prof = _site_checks(checks_dir, profile)
     spec = registry.lookup(check_id)
     if spec is None:
         close = difflib.get_close_matches(check_id, registry.known_ids(), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise UsageError(f"unknown check {check_id!r}{hint}; `clustercheck checks` lists them")
+        where = "" if checks_dir or profile else " (a site check? give its folder with --checks DIR or --profile P)"
+        raise UsageError(f"unknown check {check_id!r}{hint}; `clustercheck checks` lists them{where}")
     print(f"{spec.id}: {spec.title}\n")
     if spec.doc:
         print(spec.doc + "\n")
@@ -340,23 +401,69 @@ def explain(check_id: Annotated[str, typer.Argument(help="A check id, e.g. node.
     print(f"  timeout: number = {spec.timeout:g} (seconds; the check's time budget)")
     if spec.needs:
         print("\nReads on the node: " + ", ".join(spec.needs))
+    if prof is not None:
+        config = next((c for c in prof.checks if c.id == spec.id), None)
+        if config is None:
+            print(f"\nProfile {prof.name} does not run it.")
+        else:
+            settings = ", ".join(f"{k} = {v!r}" for k, v in config.params.items())
+            timeout = f"timeout {config.timeout:g} s"
+            print(f"\nProfile {prof.name} runs it ({config.source}): {settings or 'defaults'}, {timeout}")
     print(f"\nDefined in {spec.source}")
 
 
-@app.command("profiles")
+profiles_app = typer.Typer(
+    help="List the bundled profiles, print the profile JSON Schema, or show a resolved profile.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+    rich_markup_mode=None,
+)
+app.add_typer(profiles_app, name="profiles")
+
+
+@profiles_app.callback()
 def list_profiles(
+    ctx: typer.Context,
     schema: Annotated[bool, typer.Option("--schema", help="Print the JSON Schema of profiles instead.")] = False,
+    checks_dir: Annotated[
+        list[Path] | None,
+        typer.Option("--checks", help="With --schema: include the site checks of this folder (repeatable)."),
+    ] = None,
+    profile: Annotated[
+        str | None, typer.Option("--profile", "-p", help="With --schema: include this profile's site checks.")
+    ] = None,
 ) -> None:
-    """List the bundled profiles (or print the profile JSON Schema for editors)."""
+    """List the bundled profiles (or print the profile JSON Schema for editors, site checks included)."""
     from clustercheck import profile as profiles
 
+    if ctx.invoked_subcommand is not None:
+        if schema or checks_dir or profile:
+            raise UsageError(
+                f"--schema, --checks and --profile go with `profiles`, not `profiles {ctx.invoked_subcommand}`"
+            )
+        return
+    if (checks_dir or profile) and not schema:
+        raise UsageError("--checks and --profile go with --schema (`profiles show` resolves a profile)")
     if schema:
+        _site_checks(checks_dir, profile)
         json.dump(profiles.json_schema(), sys.stdout, indent=2)
         print()
         return
     for path in profiles.bundled_profiles():
         prof = profiles.load(str(path))
         print(f"{prof.name:<12} {len(prof.checks):>3} checks  {prof.description}")
+
+
+@profiles_app.command("show")
+def show_profile(
+    ref: Annotated[str, typer.Argument(metavar="NAME_OR_PATH", help="A bundled profile's name or a YAML path.")],
+    checks_dir: ChecksDirOpt = None,
+) -> None:
+    """The profile after `extends`, as YAML, each setting with the file:line it came from."""
+    from clustercheck import profile as profiles
+
+    prof = profiles.load(ref, extra_check_dirs=tuple(checks_dir or ()))
+    sys.stdout.write(profiles.explain_sources(prof))
 
 
 def _register_commands() -> None:

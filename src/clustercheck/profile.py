@@ -455,3 +455,84 @@ def json_schema() -> dict[str, Any]:
             "checks": {"type": "object", "properties": checks, "additionalProperties": False},
         },
     }
+
+
+def explain_sources(prof: Profile) -> str:
+    """`profiles show`: the profile after `extends`, as YAML, each setting with where it was set.
+
+    Every check in the order it runs with every parameter (set ones as written, with the
+    file:line that set them; the rest `# default`), the check folders and the extends chain.
+    The output is itself a valid profile (nothing left to inherit).
+    """
+    bundled = str(bundled_dir().resolve())
+
+    def shown(where: str) -> str:
+        try:
+            text = str(Path(where).resolve()) if ":" not in where else where
+        except (OSError, ValueError):
+            text = where
+        if text.startswith(bundled + "/"):
+            return "<bundled>/" + text[len(bundled) + 1 :]
+        absolute = str(Path.cwd())
+        return text[len(absolute) + 1 :] if text.startswith(absolute + "/") else text
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        for kind in (bool, int, float, str):  # exactly these types: the YAML dumper knows no subclass
+            if isinstance(v, kind):
+                return kind(v)
+        return None if v is None else str(v)
+
+    def value(v: Any) -> str:
+        text = yaml.safe_dump(plain(v), default_flow_style=True, width=1_000_000)
+        return str(text).strip().removesuffix("...").strip()
+
+    lines: list[tuple[str, str]] = []  # (yaml, where)
+    chain: list[Path] = []
+    path: Path | None = prof.path
+    name_at = description_at = ""
+    while path is not None and path.resolve() not in [p.resolve() for p in chain] and len(chain) < 32:
+        chain.append(path)
+        doc = _read_yaml(path, [])
+        if doc is None:
+            break
+        if not name_at:
+            name_at = f"{path}:{doc.key_lines['name']}" if "name" in doc else f"{path} (the file's name)"
+        if not description_at and "description" in doc:
+            description_at = f"{path}:{doc.key_lines['description']}"
+        parent = doc.get("extends")
+        try:
+            path = resolve(parent, relative_to=path.parent) if isinstance(parent, str) else None
+        except UsageError:
+            path = None
+    raw, _, _ = _load_chain(prof.path, [], _Chain(), seen=())
+    lines.append((f"name: {value(prof.name)}", name_at))
+    if prof.description:
+        lines.append((f"description: {value(prof.description)}", description_at))
+    if prof.check_dirs:
+        lines.append(("check_dirs:", ""))
+        lines += [(f"  - {value(str(d.resolve()))}", "") for d in prof.check_dirs]
+    lines.append(("checks:", ""))
+    for config in prof.checks:
+        spec = registry.lookup(config.id)
+        set_here, id_at = raw.get(config.id, ({}, config.source))
+        lines.append((f"  {config.id}:", id_at))
+        for param in spec.params if spec else ():
+            if param.name in set_here:
+                written, at = set_here[param.name]
+                lines.append((f"    {param.name}: {value(written)}", at))
+            else:
+                lines.append((f"    {param.name}: {value(param.default)}", "default"))
+        if "timeout" in set_here:
+            lines.append((f"    timeout: {value(set_here['timeout'][0])}", set_here["timeout"][1]))
+        else:
+            lines.append((f"    timeout: {config.timeout:g}", "default"))
+    width = min(max(len(text) for text, _ in lines) + 2, 60)
+    head = " extends ".join(shown(str(p)) for p in chain)
+    out = [f"# clustercheck profile {prof.name}, resolved: {head}"]
+    for text, where in lines:
+        out.append(f"{text:<{width}}  # {shown(where)}" if where else text)
+    return "\n".join(out) + "\n"
