@@ -101,7 +101,8 @@ def test_version_and_checks_without_dependencies(pyz: Path, bare_python: Path, t
     assert build.name.startswith(f"{__version__}-") and (build / ".complete").is_file()
     assert list(build.glob("clustercheck/__pycache__/slurm.*.pyc")) and list(build.glob("yaml/__pycache__/*.pyc"))
     assert (build / "clustercheck" / "bare.py").is_file() and (build / "yaml" / "__init__.py").is_file()
-    assert not list(build.glob("yaml/_yaml*")) and not (build / "typer").exists()
+    assert not list(build.glob("yaml/_yaml*")) and not (build / "typer").exists()  # C extensions stay out
+    assert not (build / "example.py").exists()  # nvidia-ml-py's demo script
 
 
 def test_run_replay_of_the_demo_node_without_dependencies(pyz: Path, bare_python: Path, tmp_path: Path) -> None:

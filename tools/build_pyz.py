@@ -32,12 +32,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BOOT = HERE / "pyz_boot.py"
 
-# distribution -> native files it may have that are left out (the rest of it must be pure Python)
+# distribution -> files of it left out (any other native file stops the build: it must be pure Python)
 VENDORED = {
     "PyYAML": ("yaml/_yaml.",),  # the optional libyaml binding; yaml falls back to pure Python
     "rich": (),
     "python-hostlist": (),
-    "nvidia-ml-py": (),
+    "nvidia-ml-py": ("example.py",),  # a demo script installed as a top-level module
     "prometheus_client": (),
 }
 NATIVE = (".so", ".pyd", ".dylib", ".dll")
@@ -98,9 +98,9 @@ def vendored() -> dict[str, bytes]:
                 continue  # scripts in bin/, bytecode
             if rel.rsplit("/", 1)[-1] in SKIP_META:
                 continue
+            if rel.startswith(leave_out):
+                continue
             if rel.endswith(NATIVE):
-                if rel.startswith(leave_out):
-                    continue
                 raise BuildError(f"{name} {dist.version} has a C extension ({rel}): it cannot be carried")
             files[rel] = Path(str(dist.locate_file(entry))).read_bytes()
     return files

@@ -108,6 +108,7 @@ def unpack(root: str, target: str) -> None:
     import shutil
     import tempfile
     import time
+    import warnings
     import zipfile
 
     with open(os.path.join(root, ".lock"), "a") as lock:
@@ -128,12 +129,14 @@ def unpack(root: str, target: str) -> None:
         tmp = tempfile.mkdtemp(prefix=f".unpacking-{BUILD}-", dir=root)
         try:
             zipfile.ZipFile(io.BytesIO(raw)).extractall(tmp)
-            for name in PRECOMPILE:
-                path, final = os.path.join(tmp, name), os.path.join(target, name)
-                if os.path.isdir(path):
-                    compileall.compile_dir(path, ddir=final, quiet=2)
-                elif os.path.isfile(path):
-                    compileall.compile_file(path, ddir=target, quiet=2)
+            with warnings.catch_warnings():  # a SyntaxWarning is the import's to show, not the unpacker's
+                warnings.simplefilter("ignore")
+                for name in PRECOMPILE:
+                    path, final = os.path.join(tmp, name), os.path.join(target, name)
+                    if os.path.isdir(path):
+                        compileall.compile_dir(path, ddir=final, quiet=2)
+                    elif os.path.isfile(path):
+                        compileall.compile_file(path, ddir=target, quiet=2)
             with open(os.path.join(tmp, ".complete"), "w") as f:
                 f.write(f"{VERSION} {BUILD}\n")
             os.chmod(tmp, 0o755)
