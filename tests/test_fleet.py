@@ -285,6 +285,8 @@ def test_unreachable_hosts_are_one_line_per_cause_not_a_row_per_check(sshd: SSHS
     assert "unreachable: stranger[1-3]: unknown SSH host key (check it, then re-run with --accept-new-host-keys" in out
     assert "not run" not in out and "dead1" not in out.split("unreachable")[-1]
     assert len(out.splitlines()) < 20, out
+    progress = rf"^clustercheck: \[\d/5\] dead2 unreachable: connection refused \(port {dead}\)"
+    assert re.search(progress, proc.stderr, re.M)
     # -v: each host's own message (with the ssh-keyscan line to paste), still no per-check rows
     verbose = cli("run", "--ssh", hosts, "--ssh-config", config, "-p", "base", "-v").stdout
     assert "  dead2: connection refused by dead2 (127.0.0.1:" in verbose

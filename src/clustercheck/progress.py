@@ -1,7 +1,8 @@
 """Progress of a multi-host run, on stderr (stdout carries only the report).
 
 On a terminal: a Rich live line (hosts done / total, failures so far, the slowest hosts).
-Otherwise (a log, a CI job): one plain line per host as it finishes.
+Otherwise (a log, a CI job): one plain line per host as it finishes (for a host that could not
+be reached, why: `[3/64] gpu017 unreachable: connection refused (port 22)`).
 """
 
 from __future__ import annotations
@@ -51,8 +52,13 @@ class Progress:
             if self._live is not None:
                 self._live.update(self._line())
             else:
+                from clustercheck.analyzers.fleet import is_unreachable, unreachable_cause, unreachable_message
+
+                state = host.status.value
+                if is_unreachable(host):  # say why once here, as the report will
+                    state = f"unreachable: {unreachable_cause(unreachable_message(host.checks[0]) or '', host.host)}"
                 print(
-                    f"clustercheck: [{self.done}/{self.total}] {host.host} {host.status.value} ({seconds:.1f} s)",
+                    f"clustercheck: [{self.done}/{self.total}] {host.host} {state} ({seconds:.1f} s)",
                     file=self.stream,
                     flush=True,
                 )
