@@ -183,10 +183,29 @@ def test_unavailable_commands_name_what_to_install(pyz: Path, bare_python: Path,
     record = run(bare_python, pyz, "record", "--out", tmp_path / "rec", cache=cache)
     assert record.returncode == 64
     assert "needs typer" in one_line(record.stderr) and "pip install clustercheck" in record.stderr
-    ssh = run(bare_python, pyz, "run", "--ssh", "gpu[001-002]", "--profile", "prolog", cache=cache)
-    assert ssh.returncode == 64 and "needs paramiko" in one_line(ssh.stderr)
+    for ssh_args in (["--ssh", "gpu[001-002]"], ["--ssh=gpu001"], ["-l", "admin"]):
+        ssh = run(bare_python, pyz, "run", *ssh_args, "--profile", "prolog", cache=cache)
+        assert ssh.returncode == 64 and "needs paramiko" in one_line(ssh.stderr)
+    explain = run(bare_python, pyz, "explain", "gpu.count", cache=cache)
+    assert explain.returncode == 64 and "needs typer" in one_line(explain.stderr)
     bad = run(bare_python, pyz, "run", "--replay", NODE, "--no-such-option", cache=cache)
     assert bad.returncode == 64 and "--no-such-option" in one_line(bad.stderr)
+
+
+def test_its_commands_take_the_full_installs_options() -> None:
+    """clustercheck.bare parses what the Typer application defines: a new option must come to both."""
+    typer = pytest.importorskip("typer")
+    from clustercheck import bare
+    from clustercheck.app import app
+
+    group = typer.main.get_command(app)
+    for command, spec in bare.SPECS.items():
+        params = group.commands[command].params
+        typer_opts = {o for p in params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
+        expected = typer_opts - set(bare.SSH_OPTIONS) if command == "run" else typer_opts
+        assert set(spec) == expected, (
+            f"{command}: only Typer has {expected - set(spec)}, only bare {set(spec) - expected}"
+        )
 
 
 def old_pythons() -> list[Path]:

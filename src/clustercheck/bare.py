@@ -4,10 +4,11 @@
 dependencies (PyYAML's pure half, Rich, python-hostlist, nvidia-ml-py, prometheus_client) and
 runs on a node's own `python3` with no venv. Typer cannot come: its 0.29 series imports
 pydantic, whose core is a C extension built for one Python version. So this module parses the
-commands a node needs — `run`, `prolog`, `health`, `checks`, `explain`, `profiles`,
-`--version` — with plain options, and hands everything else to Typer when it is importable
-(a full install), or says what to install when it is not. Option names, defaults and exit codes
-are the Typer application's (app.py, commands/), and the work is the same functions.
+commands a node needs — `run`, `prolog`, `health`, `checks`, `--version` — with plain options,
+and hands everything else to Typer when it is importable (a full install), or says what to
+install when it is not. Option names, defaults and exit codes are the Typer application's
+(app.py, commands/; tests/test_dist.py compares the option names), and the work is done by the
+same functions. `prolog` is cli.fast_prolog's: the prolog's own parser and policy.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from clustercheck import __version__, cli
 from clustercheck.errors import ClusterCheckError, HostError, UsageError
 from clustercheck.result import ExitCode
 
-COMMANDS = ("run", "prolog", "health", "checks", "explain", "profiles")
+COMMANDS = ("run", "prolog", "health", "checks")
 
 # The distributions a command may need that the single file does not carry (C extensions).
 NOT_CARRIED = {
@@ -41,18 +42,19 @@ USAGE = f"""\
 Usage: clustercheck [--debug] COMMAND [OPTIONS]   (clustercheck {__version__}, the single file)
 
   run        [--local | --replay DIR...] --profile P [--checks DIR] [--format F] [--output FILE]
-             [--verbose] [--timeout S] [--command-timeout S] [--host-timeout S] [--jobs N]
+             [--verbose] [--by check|host] [--all] [--timeout S] [--command-timeout S]
+             [--host-timeout S] [--jobs N]
   prolog     [--profile P] [--budget S] [--replay DIR] [--checks DIR] [--state-file PATH]
-             [--on-internal-error pass|fail] [--syslog-socket PATH]
+             [--on-internal-error pass|fail] [--syslog-socket PATH] [--dry-run]
+             [--trust-fixture-code]
   health     [--profile P] [--node NAME] [--dry-run] [--replay DIR] [--checks DIR] [--budget S]
-             [--state-file PATH] [--scontrol PATH] [--format table|json] [--syslog-socket PATH]
-  checks     [--format table|json] [--checks DIR]
-  explain    CHECK_ID
-  profiles   [--schema]
+             [--state-file PATH] [--record-file PATH] [--scontrol PATH] [--format table|json]
+             [--syslog-socket PATH] [--trust-fixture-code]
+  checks     [--format table|json] [--checks DIR] [--profile P]
   --version
 
-The other commands (--ssh fleets, record, topology, nccl-log, report, ...) need the full
-install: pip install clustercheck (README: Install).
+The other commands (--ssh fleets, record, explain, profiles, topology, nccl-log, report, ...)
+need the full install: pip install clustercheck (README: Install).
 """
 
 # option -> (key, kind): kind "value" (once), "multi" (repeatable) or "flag"
@@ -70,21 +72,13 @@ _RUN: Spec = {
     "-o": ("output", "value"),
     "--verbose": ("verbose", "flag"),
     "-v": ("verbose", "flag"),
+    "--by": ("by", "value"),
+    "--all": ("all_hosts", "flag"),
     "--timeout": ("timeout", "value"),
     "--command-timeout": ("command_timeout", "value"),
     "--host-timeout": ("host_timeout", "value"),
     "--jobs": ("jobs", "value"),
     "-j": ("jobs", "value"),
-}
-_PROLOG: Spec = {
-    "--profile": ("profile", "value"),
-    "-p": ("profile", "value"),
-    "--budget": ("budget", "value"),
-    "--replay": ("replay", "value"),
-    "--checks": ("checks", "multi"),
-    "--state-file": ("state_file", "value"),
-    "--on-internal-error": ("on_internal_error", "value"),
-    "--syslog-socket": ("syslog_socket", "value"),
 }
 _HEALTH: Spec = {
     "--profile": ("profile", "value"),
@@ -95,17 +89,21 @@ _HEALTH: Spec = {
     "--checks": ("checks", "multi"),
     "--budget": ("budget", "value"),
     "--state-file": ("state_file", "value"),
+    "--record-file": ("record_file", "value"),
     "--scontrol": ("scontrol", "value"),
     "--format": ("format", "value"),
     "-f": ("format", "value"),
     "--syslog-socket": ("syslog_socket", "value"),
+    "--trust-fixture-code": ("trust_fixture_code", "flag"),
 }
 _CHECKS: Spec = {
     "--format": ("format", "value"),
     "-f": ("format", "value"),
     "--checks": ("checks", "multi"),
+    "--profile": ("profile", "value"),
+    "-p": ("profile", "value"),
 }
-_PROFILES: Spec = {"--schema": ("schema", "flag")}
+SPECS = {"run": _RUN, "health": _HEALTH, "checks": _CHECKS}
 
 
 def parse(command: str, args: Sequence[str], spec: Spec) -> tuple[dict[str, Any], list[str]]:
@@ -169,8 +167,12 @@ def _no_positional(command: str, positional: list[str]) -> None:
         raise UsageError(f"{command}: unexpected argument {positional[0]!r}")
 
 
+# run's options for --ssh: the single file has no SSH (paramiko's cryptography is a C extension)
+SSH_OPTIONS = ("--ssh", "--ssh-config", "--user", "-l", "--identity", "-i", "--port", "--accept-new-host-keys")
+
+
 def run(args: Sequence[str]) -> None:
-    if any(a == "--ssh" or a.startswith("--ssh=") for a in args):
+    if any(a.partition("=")[0] in SSH_OPTIONS for a in args):
         raise _not_carried("paramiko", "run --ssh")
     opts, positional = parse("run", args, _RUN)
     _no_positional("run", positional)
@@ -189,25 +191,16 @@ def run(args: Sequence[str]) -> None:
         command_timeout=_number("run", "--command-timeout", opts.get("command_timeout", "10"), 0.1),
         host_timeout=_number("run", "--host-timeout", opts.get("host_timeout"), 0.1),
         jobs=_number("run", "--jobs", opts.get("jobs", "32"), 1, int),
+        by=_choice("run", "--by", opts.get("by", "check"), ("check", "host")),
+        all_hosts=bool(opts.get("all_hosts")),
     )
 
 
 def prolog(args: Sequence[str]) -> None:
-    # cli's fast path is the prolog's own parser (what it does with a mistake is its policy)
-    if cli.fast_prolog(["--debug", "prolog", *args] if cli.state.debug else ["prolog", *args]):
-        return
-    from clustercheck import slurm
-
-    opts, positional = parse("prolog", args, _PROLOG)
-    _no_positional("prolog", positional)
-    values = {k: v for k, v in opts.items() if k != "checks"}
-    if "budget" in values:
-        values["budget"] = _number("prolog", "--budget", values["budget"], 0.1)
-    if "replay" in values:
-        values["replay"] = Path(values["replay"])
-    _choice("prolog", "--on-internal-error", values.get("on_internal_error", "pass"), ("pass", "fail"))
-    options = slurm.PrologOptions(checks_dirs=tuple(Path(c) for c in opts["checks"]), debug=cli.state.debug, **values)
-    cli.state.exit_code = slurm.prolog(options)
+    # cli's fast path is the prolog's own parser: what it does with a mistake is the prolog's
+    # policy (--on-internal-error), never a usage exit that drains the node; only --help is left
+    if not cli.fast_prolog(["--debug", "prolog", *args] if cli.state.debug else ["prolog", *args]):
+        print(USAGE, end="")
 
 
 def health(args: Sequence[str]) -> None:
@@ -237,8 +230,17 @@ def checks(args: Sequence[str]) -> None:
     opts, positional = parse("checks", args, _CHECKS)
     _no_positional("checks", positional)
     fmt = _choice("checks", "--format", opts.get("format", "table"), ("table", "json"))
-    for d in opts["checks"]:
-        registry.load_dir(Path(d))
+    dirs = tuple(Path(d) for d in opts["checks"])
+    if "profile" in opts:  # its check_dirs too, and every problem in it at once
+        from clustercheck import profile as profiles
+
+        profiles.load(opts["profile"], extra_check_dirs=dirs)
+    else:
+        for d in dirs:
+            try:
+                registry.load_dir(d)
+            except UsageError as exc:
+                raise UsageError(f"--checks {d}: {exc}") from None
     specs = registry.all_checks()
     if fmt == "json":
         json.dump([s.to_json() for s in specs], sys.stdout, indent=2)
@@ -254,48 +256,6 @@ def checks(args: Sequence[str]) -> None:
         )
         table.add_row(s.id, s.title, "\n".join(s.needs), params)
     Console().print(table)
-
-
-def explain(args: Sequence[str]) -> None:
-    import difflib
-
-    from clustercheck import registry
-
-    _, positional = parse("explain", args, {})
-    if len(positional) != 1:
-        raise UsageError("explain: give one check id, e.g. `clustercheck explain node.memory`")
-    check_id = positional[0]
-    spec = registry.lookup(check_id)
-    if spec is None:
-        close = difflib.get_close_matches(check_id, registry.known_ids(), n=3)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise UsageError(f"unknown check {check_id!r}{hint}; `clustercheck checks` lists them")
-    print(f"{spec.id}: {spec.title}\n")
-    if spec.doc:
-        print(spec.doc + "\n")
-    print("Parameters:")
-    for p in spec.params:
-        print(f"  {p.name}: {p.type_name}" + (" (required)" if p.required else f" = {p.default!r}"))
-    print(f"  timeout: number = {spec.timeout:g} (seconds; the check's time budget)")
-    if spec.needs:
-        print("\nReads on the node: " + ", ".join(spec.needs))
-    print(f"\nDefined in {spec.source}")
-
-
-def profiles(args: Sequence[str]) -> None:
-    import json
-
-    from clustercheck import profile as profiles_
-
-    opts, positional = parse("profiles", args, _PROFILES)
-    _no_positional("profiles", positional)
-    if opts.get("schema"):
-        json.dump(profiles_.json_schema(), sys.stdout, indent=2)
-        print()
-        return
-    for path in profiles_.bundled_profiles():
-        prof = profiles_.load(str(path))
-        print(f"{prof.name:<12} {len(prof.checks):>3} checks  {prof.description}")
 
 
 def _not_carried(module: str, what: str) -> UsageError:
@@ -323,14 +283,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         cli.state.debug = True
         args.pop(0)
     command = args[0] if args else "--help"
-    handlers = {
-        "run": run,
-        "prolog": prolog,
-        "health": health,
-        "checks": checks,
-        "explain": explain,
-        "profiles": profiles,
-    }
+    handlers = {"run": run, "prolog": prolog, "health": health, "checks": checks}
     try:
         if command == "--version":
             print(f"clustercheck {__version__}")
