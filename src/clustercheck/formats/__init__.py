@@ -5,6 +5,9 @@ Every format is a module with a renderer `render(report, out, *, verbose=False) 
 text: it sets no exit code (that comes from `Report.exit_code`) and opens no file (the
 CLI writes atomically). Modules are imported lazily, so that rendering json or jsonl
 (the Slurm prolog path) never imports rich.
+
+The table format alone also takes a fleet view: `by` ("check" or "host") and `all_hosts`
+(see `render`); `check_view` refuses them for other formats before any host is contacted.
 """
 
 from __future__ import annotations
