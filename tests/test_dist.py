@@ -178,6 +178,20 @@ def test_a_run_killed_while_unpacking_leaves_nothing_in_the_way(pyz: Path, bare_
     assert (build / ".complete").is_file()
 
 
+def test_a_stuck_unpacker_does_not_hold_the_others(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    """A run stuck while holding the cache's lock (a hung disk): the next one waits 5 s, then
+    unpacks into a private folder for itself, and runs."""
+    import fcntl
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)
+    with (cache / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = run(bare_python, pyz, "--version", cache=cache)
+    assert (result.returncode, result.stdout) == (0, f"clustercheck {__version__}\n"), result.stderr
+    assert builds(cache) == []  # it did not write where the stuck run holds the lock
+
+
 def test_unavailable_commands_name_what_to_install(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     record = run(bare_python, pyz, "record", "--out", tmp_path / "rec", cache=cache)
