@@ -178,6 +178,23 @@ def test_a_run_killed_while_unpacking_leaves_nothing_in_the_way(pyz: Path, bare_
     assert (build / ".complete").is_file()
 
 
+def test_an_upgrade_keeps_the_three_newest_builds(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o755)
+    old = ["0.0.4-aaaaaaaaaaaa", "0.0.3-bbbbbbbbbbbb", "0.0.2-cccccccccccc", "0.0.1-dddddddddddd"]  # newest first
+    for age, name in enumerate(old):
+        (cache / name / "clustercheck").mkdir(parents=True)
+        (cache / name / ".complete").touch()
+        stamp = 1_700_000_000 - age * 86400
+        os.utime(cache / name / ".complete", (stamp, stamp))
+    (cache / "not-a-build").mkdir()  # no .complete: not one of its builds, left alone
+    result = run(bare_python, pyz, "--version", cache=cache)
+    assert result.returncode == 0, result.stderr
+    names = {p.name for p in builds(cache)}
+    (current,) = (n for n in names if n.startswith(f"{__version__}-"))
+    assert names == {current, old[0], old[1], "not-a-build"}
+
+
 def test_a_stuck_unpacker_does_not_hold_the_others(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
     """A run stuck while holding the cache's lock (a hung disk): the next one waits 5 s, then
     unpacks into a private folder for itself, and runs."""

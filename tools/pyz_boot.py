@@ -96,6 +96,7 @@ def payload() -> bytes:
 
 # compiled while unpacking (what the prolog imports: ~190 ms of CPU); the rest compiles on first import
 PRECOMPILE = ("clustercheck", "yaml")
+KEEP_BUILDS = 3  # unpacked builds kept (the newest): a node still running an older copy keeps its own
 LOCK_WAIT = 5.0  # seconds to wait for another run to unpack (it takes ~0.3 s) before unpacking privately:
 # the prolog's budget (10 s) starts after this
 
@@ -144,6 +145,23 @@ def unpack(root: str, target: str) -> None:
             os.rename(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        prune(root)
+
+
+def prune(root: str) -> None:
+    """Remove all but the KEEP_BUILDS newest unpacked builds (renamed out of the way first, so a
+    half-removed one never looks complete). Called holding the lock."""
+    import shutil
+
+    builds = []
+    for name in os.listdir(root):
+        with contextlib.suppress(OSError):
+            builds.append((os.stat(os.path.join(root, name, ".complete")).st_mtime, name))
+    for _, name in sorted(builds, reverse=True)[KEEP_BUILDS:]:
+        trash = os.path.join(root, f".unpacking-old-{name}")
+        with contextlib.suppress(OSError):
+            os.rename(os.path.join(root, name), trash)
+        shutil.rmtree(trash, ignore_errors=True)
 
 
 def private_copy() -> str:
