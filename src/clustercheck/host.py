@@ -301,6 +301,34 @@ class Host:
         return budget
 
 
+# -- a forked worker (the prolog's, a --timeout run's) dies with its parent ----------------------
+# Here, not in the local transport: this module is loaded before such a fork, that one may not be.
+_FORK: dict[str, Any] = {}  # the parent at the last os.fork()
+
+
+def _before_fork() -> None:
+    _FORK["parent"] = os.getpid()
+    _FORK["from_main"] = threading.current_thread() is threading.main_thread()
+
+
+def _after_fork_in_child() -> None:
+    """In a child of os.fork() from the main thread: get SIGTERM when the parent dies, however
+    it dies (SIGKILL included), PR_SET_PDEATHSIG. The local transport's SIGTERM handler then
+    kills the worker's commands. Not for a fork from another thread: the kernel sends the
+    signal when the forking *thread* ends. Subprocesses (fork+exec in C) never run this."""
+    if not _FORK.get("from_main"):
+        return
+    with contextlib.suppress(Exception):
+        import ctypes  # about 3 ms, once per worker (NVML's bindings import it anyway)
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, 15, 0, 0, 0) == 0 and os.getppid() != _FORK.get("parent"):  # 1, 15: PDEATHSIG, TERM
+            os.kill(os.getpid(), 15)  # the parent died before we asked: go now
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
 def in_thread(call: Callable[[], T], timeout: float, name: str) -> T:
     """`call()` in a daemon thread; TimeoutError when it has not returned within `timeout`.
 

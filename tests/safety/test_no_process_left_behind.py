@@ -109,26 +109,50 @@ def test_a_check_goes_on_after_the_run_timeout_but_its_next_command_never_starts
     assert alive(marker) == []
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_a_signal_to_clustercheck_ends_every_command(tmp_path: Path, marker: str, signum: signal.Signals) -> None:
+def mode_args(mode: str, tmp_path: Path) -> list[str]:
+    """`run` in-process, `run --timeout` (checks in a forked worker), `prolog` (forked worker too)."""
+    if mode == "prolog":
+        return ["prolog", "--budget", "60", "--state-file", str(tmp_path / "s.json"), "--syslog-socket", ""]
+    return ["run", "--local", *(["--timeout", "60"] if mode == "run-timeout" else [])]
+
+
+SIGNALS = [
+    *[
+        (mode, signum)
+        for mode in ("run", "run-timeout", "prolog")
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    ],
+    # SIGKILL to the parent alone: a forked worker gets SIGTERM from the kernel (PR_SET_PDEATHSIG)
+    ("run-timeout", signal.SIGKILL),
+    ("prolog", signal.SIGKILL),
+]
+
+
+@pytest.mark.parametrize(("mode", "signum"), SIGNALS, ids=[f"{m}-{s.name}" for m, s in SIGNALS])
+def test_a_signal_to_clustercheck_ends_every_command(
+    tmp_path: Path, marker: str, mode: str, signum: signal.Signals
+) -> None:
     # the command and a `setsid` daemon it started, which is in no process group of ours
     checks, profile = site_checks(
         tmp_path,
         f'host.run("bash", "-c", "setsid bash -c \'exec -a {marker}-daemon sleep 60\' & exec -a {marker} sleep 60", '
         "timeout=60)",
     )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clustercheck", "run", "--local", "--checks", str(checks), "-p", str(profile)],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "clustercheck", *mode_args(mode, tmp_path), "--checks", str(checks),
+         "--profile", str(profile)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )  # fmt: skip
     try:
-        wait_for(f"{marker}-daemon")
-        wait_for(marker)
+        wait_for(f"^{marker}-daemon")
+        wait_for(f"^{marker} ")
         proc.send_signal(signum)  # to clustercheck alone, not to its process group
         proc.wait(timeout=10)
     finally:
         proc.kill()
-    assert gone_within(marker, 2), alive(marker)
+    assert gone_within(f"^{marker}", 2), alive(marker)
+    assert gone_within(str(checks), 2), alive(str(checks))  # a forked worker, too
 
 
 @pytest.mark.parametrize("mode", ["prolog", "run"])
@@ -283,3 +307,30 @@ def test_a_signal_to_a_parent_whose_worker_runs_the_checks_ends_them(tmp_path: P
     finally:
         parent.kill()
     assert gone_within(f"^{marker}", 1), alive(f"^{marker}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_forked_worker_and_its_commands_die_with_their_parent(
+    tmp_path: Path, marker: str, signum: signal.Signals
+) -> None:
+    """Backstop when nothing forwards the signal: the parent is killed alone, even by SIGKILL;
+    the worker gets SIGTERM from the kernel (PR_SET_PDEATHSIG) and ends its commands."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os\n"
+        "from clustercheck.transports.local import LocalTransport\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        f"    LocalTransport('w').run(['bash', '-c', {'exec -a ' + marker + ' sleep 60'!r}], timeout=60)\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], cwd=REPO)
+    try:
+        wait_for(f"^{marker}")
+        parent.send_signal(signum)
+        parent.wait(timeout=10)
+    finally:
+        parent.kill()
+    assert gone_within(f"^{marker}", 1), alive(f"^{marker}")
+    assert gone_within(str(script), 1), alive(str(script))  # the worker too

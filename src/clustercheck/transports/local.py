@@ -134,6 +134,10 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     os.kill(os.getpid(), signum)
 
 
+os.register_at_fork(after_in_child=_LIVE.clear)  # a forked worker does not own its parent's commands
+# (host.py makes a worker forked from the main thread die with its parent: PR_SET_PDEATHSIG)
+
+
 class LocalTransport:
     kind = "local"
 
