@@ -294,6 +294,11 @@ def test_unreachable_hosts_are_one_line_per_cause_not_a_row_per_check(sshd: SSHS
         r"  stranger3: unknown SSH host key for stranger3 \(127\.0\.0\.1:\d+\).*ssh-keyscan", verbose, re.S
     )
     assert "not run" not in verbose and "dead1 error" not in verbose
+    # one host alone: why, once, not a "not run" row per check
+    alone = cli("run", "--ssh", "dead1", "--ssh-config", config, "-p", "base")
+    assert alone.returncode == 3
+    assert f"unreachable: connection refused by dead1 (127.0.0.1:{dead}): is sshd running there" in alone.stdout
+    assert "(4 checks not run)" in alone.stdout and "not run:" not in alone.stdout
     # the json keeps every check's error, for scripts
     doc = json.loads(cli("run", "--ssh", "dead1", "--ssh-config", config, "-p", "base", "-f", "json").stdout)
     assert all(c["summary"].startswith("not run: host unreachable") for c in doc["hosts"]["dead1"]["checks"])

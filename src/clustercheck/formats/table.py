@@ -139,6 +139,8 @@ def render(
     for host in shown:
         # The title is a line of its own, as a Table title would be padded with blanks.
         console.print(Text.assemble(_text(host.host, style="bold"), " ", _status(host.status)))
+        if not fleet and _print_unreachable(console, host):
+            continue
         console.print(_host_table(host, verbose=verbose, id_width=id_width))
         console.print()
     if fleet:
@@ -155,6 +157,20 @@ def render(
 
 
 _QUIET = (Status.OK, Status.SKIP)
+
+
+def _print_unreachable(console: Console, host: HostReport) -> bool:
+    """One host that could not be reached: why, once, instead of a "not run" row per check."""
+    from clustercheck.analyzers.fleet import is_unreachable, unreachable_message
+
+    if not is_unreachable(host):
+        return False
+    message = unreachable_message(host.checks[0]) or ""
+    n = len(host.checks)
+    console.print(Text.assemble(("unreachable", STATUS_STYLES[Status.ERROR]), ": ", _text(message)))
+    console.print(Text(f"({n} check{'s' if n != 1 else ''} not run)", style="dim"))
+    console.print()
+    return True
 
 
 def _print_fleet(console: Console, report: Report, *, by: str, verbose: bool) -> None:
