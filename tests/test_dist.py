@@ -126,6 +126,16 @@ def test_run_replay_of_the_demo_node_without_dependencies(pyz: Path, bare_python
     assert table.returncode == 2 and re.search(r"gpu\.xid\s*│\s*fail", table.stdout), table.stdout + table.stderr
 
 
+def test_run_local_checks_this_machine_within_a_timeout(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    """The real local transport, and --timeout's forked, killable run, from the single file."""
+    args = ("run", "--local", "--profile", "prolog", "--format", "json", "--timeout", "60")
+    result = run(bare_python, pyz, *args, cache=tmp_path / "cache")
+    assert result.returncode in (0, 1, 2, 3), result.stderr
+    (host,) = json.loads(result.stdout)["hosts"].values()
+    assert {c["id"] for c in host["checks"]} >= {"node.kernel", "node.cpu", "node.memory"}
+    assert "Traceback" not in result.stderr
+
+
 def test_prolog_writes_its_state_file(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
     state = tmp_path / "state" / "prolog.json"
     result = run(

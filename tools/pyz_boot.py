@@ -107,6 +107,7 @@ def unpack(root: str, target: str) -> None:
     import fcntl
     import glob
     import io
+    import py_compile
     import shutil
     import tempfile
     import time
@@ -133,12 +134,14 @@ def unpack(root: str, target: str) -> None:
             zipfile.ZipFile(io.BytesIO(raw)).extractall(tmp)
             with warnings.catch_warnings():  # a SyntaxWarning is the import's to show, not the unpacker's
                 warnings.simplefilter("ignore")
+                # timestamps (as imports write them), even with SOURCE_DATE_EPOCH set: no hashing per import
+                mode = py_compile.PycInvalidationMode.TIMESTAMP
                 for name in PRECOMPILE:
                     path, final = os.path.join(tmp, name), os.path.join(target, name)
                     if os.path.isdir(path):
-                        compileall.compile_dir(path, ddir=final, quiet=2)
+                        compileall.compile_dir(path, ddir=final, quiet=2, invalidation_mode=mode)
                     elif os.path.isfile(path):
-                        compileall.compile_file(path, ddir=target, quiet=2)
+                        compileall.compile_file(path, ddir=target, quiet=2, invalidation_mode=mode)
             with open(os.path.join(tmp, ".complete"), "w") as f:
                 f.write(f"{VERSION} {BUILD}\n")
             os.chmod(tmp, 0o755)

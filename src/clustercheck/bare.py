@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
                 import typer  # noqa: F401  (a full install beside the node's python3: use it)
             except ImportError:
                 raise _not_carried("typer", f"`clustercheck {command}`") from None
-            cli.main(args)
+            cli.main(["--debug", *args] if cli.state.debug else args)
     except KeyboardInterrupt:
         _fail("interrupted", 130)
     except UsageError as exc:
