@@ -330,7 +330,7 @@ def test_its_first_lines_parse_under_old_pythons(pyz: Path) -> None:
     text = pyz.read_text(encoding="ascii")
     code = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
     assert len(code) == 2 and code[0].startswith("import sys; sys.version_info >= (3, 10)")
-    for minor in (4, 6, 9):
+    for minor in (7, 8, 9):  # the oldest ast can check; the real old Pythons run in the next test
         ast.parse(text, feature_version=(3, minor))
 
 
