@@ -108,7 +108,11 @@ def test_profiles_show_resolves_extends_and_says_where_each_setting_came_from(tm
     assert cli("profiles", "show", "prolog").stdout.startswith("# clustercheck profile prolog, resolved: <bundled>/")
     checks, profile = _site(tmp_path)
     shown = cli("profiles", "show", profile).stdout
-    assert f"  - {checks.resolve()}" in shown and "    expected: 512" in shown
+    assert f"  - {checks.resolve()}" in shown and shown.split(f"  - {checks.resolve()}")[1].split()[:2] == [
+        "#",
+        f"{profile}:2",
+    ]
+    assert "    expected: 512" in shown
     missing = cli("profiles", "show", "nope")
     assert missing.returncode == 64 and "profile 'nope' not found" in missing.stderr
 

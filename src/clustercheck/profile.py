@@ -508,13 +508,15 @@ def explain_sources(prof: Profile) -> str:
             path = resolve(parent, relative_to=path.parent) if isinstance(parent, str) else None
         except UsageError:
             path = None
-    raw, _, _ = _load_chain(prof.path, [], _Chain(), seen=())
+    collected = _Chain()
+    raw, _, _ = _load_chain(prof.path, [], collected, seen=())
+    dir_at = {d.resolve(): where for d, where in collected.dirs}
     lines.append((f"name: {value(prof.name)}", name_at))
     if prof.description:
         lines.append((f"description: {value(prof.description)}", description_at))
     if prof.check_dirs:
         lines.append(("check_dirs:", ""))
-        lines += [(f"  - {value(str(d.resolve()))}", "") for d in prof.check_dirs]
+        lines += [(f"  - {value(str(d.resolve()))}", dir_at.get(d.resolve(), "--checks")) for d in prof.check_dirs]
     lines.append(("checks:", ""))
     for config in prof.checks:
         spec = registry.lookup(config.id)
