@@ -17,6 +17,7 @@ import fnmatch
 import re
 
 from clustercheck import Host, Result, Size, check, fact, fail, ok, skip, warn
+from clustercheck.errors import HostError
 from clustercheck.registry import human_size
 
 # -- kernel -------------------------------------------------------------------------------
@@ -320,6 +321,25 @@ def process_names(comm: str, args: str) -> set[str]:
     return {comm, first.rsplit("/", 1)[-1].rstrip(":")} - {""}
 
 
+# The names node.services matches, and nothing else: each process's comm and the base name of
+# its argv[0] (a `ps` full listing would record every user's command line, arguments and
+# secrets included, into fixtures people send each other). ps's own exit status is kept.
+PROCESS_NAMES = (
+    "sh",
+    "-c",
+    "out=$(ps -e -ww -o comm= -o args=) || exit $?; "
+    'printf \'%s\\n\' "$out" | awk \'{ a = $2; sub(".*/", "", a); print $1, a }\'',
+)
+
+
+def parse_process_names(text: str) -> set[str]:
+    """PROCESS_NAMES' output (`comm argv0-base-name` a line) -> every name a process answers to."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        names.update(w.rstrip(":") for w in line.split()[:2])
+    return names - {""}
+
+
 @check(needs=["command ps", "command systemctl"], timeout=10)
 def services(host: Host, *, running: tuple[str, ...] = (), units: tuple[str, ...] = ()) -> Result:
     """The processes in `running` run, and the systemd `units` are active.
@@ -329,7 +349,8 @@ def services(host: Host, *, running: tuple[str, ...] = (), units: tuple[str, ...
     systems (else CUDA fails with error 802), munge and slurmd.
 
     How: matches names against `ps -e` (the process's name or its argv[0]'s base name,
-    as comm is cut to 15 characters) and asks `systemctl is-active` for the units.
+    as comm is cut to 15 characters; only those two names are read, never the arguments)
+    and asks `systemctl is-active` for the units.
 
     Fix: `systemctl enable --now UNIT`; read `journalctl -u UNIT` for why it stopped.
     """
@@ -337,9 +358,9 @@ def services(host: Host, *, running: tuple[str, ...] = (), units: tuple[str, ...
         return skip("no processes or units required by the profile")
     missing, evidence = [], []
     if running:
-        names: set[str] = set()
-        for comm, args in parse_ps(host.output("ps", "-e", "-ww", "-o", "comm=", "-o", "args=")):
-            names |= process_names(comm, args)
+        names = parse_process_names(host.output(*PROCESS_NAMES))
+        if not names:  # ps lists itself at least: an empty answer is no evidence of anything
+            raise HostError(host.name, "cannot tell: `ps -e` listed no processes")
         for name in running:
             if name in names or name[:15] in names:
                 evidence.append(f"process {name} is running")

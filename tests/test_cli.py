@@ -59,13 +59,14 @@ def test_exit_code_follows_worst_status() -> None:
 def test_error_exit_3_when_a_probe_was_not_recorded(tmp_path: Path) -> None:
     fixture = tmp_path / "gpu001"
     shutil.copytree(DEMO / "gpu001", fixture)
-    shutil.rmtree(fixture / "commands" / "ps_-e_-ww_-o_comm_-o_args")
+    (listing,) = (fixture / "commands").glob("sh_-c_out_ps_-e*")
+    shutil.rmtree(listing)
     proc = cli("run", "--replay", str(fixture), "--profile", SITE, "--format", "json")
     assert proc.returncode == 3
     checks = {c["id"]: c for c in json.loads(proc.stdout)["hosts"]["gpu001"]["checks"]}
     services = checks["node.services"]
     assert services["status"] == "error"
-    assert "has no recording of `ps -e -ww -o comm= -o args=`" in services["summary"]
+    assert "has no recording of `sh -c 'out=$(ps -e -ww -o comm= -o args=)" in services["summary"]
     assert "clustercheck record --profile ../site-profile.yaml --ssh gpu001" in services["summary"]
 
 

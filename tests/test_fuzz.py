@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
+from clustercheck.checks.node import PROCESS_NAMES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -287,6 +288,11 @@ def write_seed(folder: Path) -> Path:
     (ps / "command.yaml").write_text(yaml.safe_dump(record), encoding="utf-8")
     (ps / "stdout").write_text("slurmd /usr/sbin/slurmd -D\nmunged /usr/sbin/munged\n", encoding="utf-8")
     (ps / "stderr").write_text("", encoding="utf-8")
+    names = folder / "commands" / "names"  # what node.services reads: comm and argv[0]'s base name
+    names.mkdir()
+    record = {"argv": list(PROCESS_NAMES), "exit_code": 0, "duration_s": 0.01, "timed_out": False}
+    (names / "command.yaml").write_text(yaml.safe_dump(record), encoding="utf-8")
+    (names / "stdout").write_text("slurmd slurmd\nmunged munged\n", encoding="utf-8")
     (folder / "probes").mkdir()
     (folder / "probes" / "nvml.json").write_text(json.dumps({"driver": "550.54.15", "gpus": []}), encoding="utf-8")
     (folder / "probes" / "nvml.v2.error").write_text("NVML_ERROR_LIBRARY_NOT_FOUND\n", encoding="utf-8")

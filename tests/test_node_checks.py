@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import yaml
@@ -13,6 +16,7 @@ from clustercheck.checks.node import (
     parse_meminfo,
     parse_modules,
     parse_mounts,
+    parse_process_names,
     parse_ps,
     parse_taint,
     process_names,
@@ -64,10 +68,66 @@ def test_parse_mounts_unescapes_and_keeps_options() -> None:
 
 
 def test_process_names_cover_truncated_comm_and_retitled_daemons() -> None:
-    procs = parse_ps((GPU001 / "commands/ps_-e_-ww_-o_comm_-o_args/stdout").read_text())
-    names = set().union(*(process_names(c, a) for c, a in procs))
+    (listing,) = (GPU001 / "commands").glob("sh_-c_out_ps_-e*/stdout")
+    names = parse_process_names(listing.read_text())
     assert {"sshd", "nvidia-persistenced", "nvidia-persiste", "slurmd", "munged"} <= names
     assert process_names("sshd", "sshd: /usr/sbin/sshd -D [listener] 0 of 10-100 startups") == {"sshd"}
+
+
+def test_the_names_listing_gives_the_names_a_full_ps_listing_gives(tmp_path: Path) -> None:
+    """PROCESS_NAMES (comm and argv[0]'s base name) answers to the same names as parse_ps +
+    process_names over one real full listing of this machine, and holds no argument of any
+    process. The script runs as the node runs it, with a `ps` on PATH printing that listing."""
+    from clustercheck.checks.node import PROCESS_NAMES
+
+    full = subprocess.run(["ps", "-e", "-ww", "-o", "comm=", "-o", "args="], capture_output=True, text=True).stdout
+    full += "sshd            sshd: /usr/sbin/sshd -D [listener] 0 of 10-100 startups\nbash -bash\n"
+    (tmp_path / "listing").write_text(full)
+    (tmp_path / "ps").write_text(f"#!/bin/sh\ncat {tmp_path / 'listing'}\n")
+    (tmp_path / "ps").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    names = subprocess.run(PROCESS_NAMES, capture_output=True, text=True, check=True, env=env).stdout
+    assert parse_process_names(names) == {n for c, a in parse_ps(full) for n in process_names(c, a)}
+    assert all(len(line.split()) <= 2 for line in names.splitlines())
+    assert "-ww" not in names and "listener" not in names
+    (tmp_path / "ps").write_text("#!/bin/sh\necho 'ps: cannot read /proc' >&2\nexit 1\n")
+    failed = subprocess.run(PROCESS_NAMES, capture_output=True, text=True, env=env)
+    assert failed.returncode == 1  # ps's own failure is kept, not an empty listing that exits 0
+
+
+def test_services_records_process_names_never_command_lines(tmp_path: Path) -> None:
+    """A full `ps` listing put every user's arguments into fixtures; only names are recorded now."""
+    marker = "an-argument-of-a-users-process-4b1d"  # a plain argument, no shape redaction knows
+    sleeper = subprocess.Popen(["sleep", "600"])
+    holder = subprocess.Popen(["sh", "-c", f"sleep 601; : {marker}"])
+    try:
+        for proc_, word in ((sleeper, b"600"), (holder, marker.encode())):  # exec'd, command line in place
+            while word not in Path(f"/proc/{proc_.pid}/cmdline").read_bytes():
+                time.sleep(0.01)
+        profile = tmp_path / "p.yaml"
+        profile.write_text("checks:\n  node.services: {running: [sleep]}\n")
+        out = tmp_path / "fx"
+        proc = cli("record", "--profile", str(profile), "--local", "--out", str(out))
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        for proc_ in (sleeper, holder):
+            proc_.kill()
+            proc_.wait()
+    recorded = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
+    assert marker not in recorded
+    (stdout,) = (out / "commands").glob("*/stdout")
+    assert "sleep sleep" in stdout.read_text().splitlines()
+    replay = cli("run", "--replay", str(out), "--format", "json")
+    (host,) = json.loads(replay.stdout)["hosts"].values()
+    assert [(c["id"], c["status"]) for c in host["checks"]] == [("node.services", "ok")]
+
+
+def test_services_cannot_tell_from_an_empty_listing(tmp_path: Path) -> None:
+    fixture = variant(tmp_path, {})
+    (listing,) = (fixture / "commands").glob("sh_-c_out_ps_-e*/stdout")
+    listing.write_text("")
+    check = run_one(fixture, "node.services", {"running": ["slurmd"]})
+    assert (check["status"], check["summary"]) == ("error", "cannot tell: `ps -e` listed no processes")
 
 
 def test_parse_modules() -> None:

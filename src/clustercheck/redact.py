@@ -7,8 +7,9 @@ stays, so a reader (and a check replaying the fixture) still sees what was there
 
 - assignments whose name looks secret: `TOKEN=`, `DB_PASS=`, `SLURM_JWT=`, `AWS_SECRET_ACCESS_KEY=`,
   `spring.datasource.password=` (unquoted, `"quoted"` or `'quoted'`);
-- the same names as `name: value` and `"name": "value"` (YAML, JSON, HTTP headers), with
-  `Authorization:` blanked to the end of its line;
+- the strongest of those names (password, secret, token, api key ...) as `name: value` at a
+  line's start (YAML, HTTP headers: to the end of the line) or quoted (`"name": "value"`, JSON),
+  with `Authorization:` and `Cookie:` blanked to the end of the line or of their quotes;
 - command-line options: `--password x`, `--token=x`, `--api-key 'x y'`, and MySQL's `-pX`;
 - `user:password@` in URLs; `Bearer` tokens; private-key blocks;
 - values that are secrets by their shape wherever they stand: JWTs (`eyJ...`), AWS access
@@ -16,14 +17,15 @@ stays, so a reader (and a check replaying the fixture) still sees what was there
 
 Every pattern is linear in its input: a pattern that starts with a repeated class is
 anchored by a lookbehind on that class (so a long run is tried from its start only), and no
-two repetitions can share a character. tests/safety/test_record_keeps_no_secrets.py runs each
+two repetitions can share a character; a value is measured once (a start inside the last one is
+skipped). tests/safety/test_record_keeps_no_secrets.py runs each
 on hostile inputs and property-tests the rules with secrets embedded in many shapes.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 REDACTED = "<redacted>"
 _NOT_A_SECRET = {REDACTED, "None", "null", "NULL", "nil", "true", "false", "True", "False"}
@@ -127,7 +129,8 @@ def _rule(text: str, starts: Iterator[tuple[int, re.Pattern[str] | None]]) -> It
 def _assignments(text: str) -> Iterator[tuple[int, re.Pattern[str] | None]]:
     for m in _ASSIGN.finditer(text):
         if _secret_name(m.group(1)):
-            yield m.end(), _STOP
+            quote = text[m.start() - 1] if m.start() and text[m.start() - 1] in _QUOTE_END else None
+            yield m.end(), _QUOTE_END[quote] if quote else _STOP  # "NAME=a b" in JSON: to its quote
 
 
 def _colons(text: str) -> Iterator[tuple[int, re.Pattern[str] | None]]:
@@ -137,7 +140,8 @@ def _colons(text: str) -> Iterator[tuple[int, re.Pattern[str] | None]]:
             quote = text[m.start() - 1] if m.start() and text[m.start() - 1] in _QUOTE_END else None
             yield m.end(), _QUOTE_END[quote] if quote else None  # to the end of the line or the quote
         elif _secret_name(name, _STRONG_WORDS):
-            yield m.end(), _STOP_LIST
+            quoted = m.group(2) or (m.start() and text[m.start() - 1] in _QUOTE_END)
+            yield m.end(), _STOP_LIST if quoted else None  # JSON: to a separator; YAML, a header: the line
 
 
 def _options(text: str) -> Iterator[tuple[int, re.Pattern[str] | None]]:
@@ -193,3 +197,14 @@ def redact(text: str) -> str:
         pos = end
     out.append(text[pos:])
     return "".join(out)
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A command's argv as a recording keeps it: each argument redacted, and the argument after
+    an option whose name is secret (`--password`, `x`) blanked as a whole."""
+    out = [redact(a) for a in argv]
+    for i, arg in enumerate(argv[:-1]):
+        m = _OPTION.fullmatch(arg)
+        if m and m.group(2) is None and _secret_name(m.group(1)) and not argv[i + 1].startswith("-"):
+            out[i + 1] = REDACTED
+    return out
