@@ -184,6 +184,19 @@ def test_slurmd_killing_the_prolog_process_group_kills_its_commands(tmp_path: Pa
     assert gone_within(marker, 2), alive(marker)
 
 
+def test_a_daemon_a_finished_local_command_left_is_gone_when_the_run_ends(tmp_path: Path, marker: str) -> None:
+    # the command exits at once, 0; what it started holds no pipe of ours and left our session
+    checks, profile = site_checks(
+        tmp_path,
+        f'host.output("bash", "-c", "(setsid bash -c \'exec -a {marker} sleep 60\' </dev/null >/dev/null 2>&1 &)")\n'
+        f'assert host.output("pgrep", "-f", "^{marker}")  # it did start',
+    )
+    proc = cli("run", "--local", "--checks", checks, "-p", profile, "-f", "json")
+    (check,) = next(iter(json.loads(proc.stdout)["hosts"].values()))["checks"]
+    assert check["status"] == "ok", check
+    assert gone_within(f"^{marker}", 1), alive(marker)
+
+
 def test_a_local_timeout_kills_what_the_command_started_in_another_session(marker: str) -> None:
     t = LocalTransport("testnode")
     # a daemon: it left our session, holds no pipe, and its parent is gone (it is init's child now);
