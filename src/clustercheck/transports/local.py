@@ -1,23 +1,25 @@
 """The local node: subprocesses with hard timeouts, real file reads, in-process probes.
 
 Commands run with LC_ALL=C (parsers expect C-locale output), stdin at EOF, and what they
-print capped (`host.OUTPUT_LIMIT`): a command that prints more is killed and the call
-raises `OutputTooLarge`, never a silently cut answer. A command stuck in uninterruptible
-sleep (a hung NFS server) cannot be reaped: it is abandoned, and the result says it timed
-out. File reads outside /proc and /sys run in a helper thread for the same reason: a read
-on a dead mount blocks forever.
+print capped (`host.output_limit()`, 16 MiB): a command that prints more is killed and the
+call raises `OutputTooLarge`, never a silently cut answer. A command stuck in
+uninterruptible sleep (a hung NFS server) cannot be reaped: it is abandoned, and the result
+says it timed out. File reads outside /proc and /sys run in a helper thread for the same
+reason: a read on a dead mount blocks forever.
 
 No process is left behind. Commands stay in clustercheck's own process group, so what
 stops clustercheck stops them too: slurmd's SIGTERM and SIGKILL to the prolog's process
 group at PrologEpilogTimeout, Ctrl-C in a terminal. Every command carries
-`CLUSTERCHECK_CMD=<clustercheck's pid>-<n>` in its environment, and so does everything it
-starts (a `setsid` daemon too, unless it clears its environment): on a timeout, on
-`close()` (the run's --timeout) and on SIGTERM, SIGHUP or SIGINT, the command and every
-process that carries its mark, or descends from it, are killed (`kill_children()`). After
-`close()` the transport starts nothing. Keeping commands in our process group costs
-nothing; the alternative backstop, PR_SET_PDEATHSIG through `preexec_fn`, costs about
-1.2 ms per command (0.66 -> 1.9 ms here), is unsafe with threads, and reaches only the
-direct child.
+`CLUSTERCHECK_CMD=<clustercheck's pid>-<transport>-<n>` in its environment, and so does
+everything it starts (a `setsid` daemon too, unless it clears its environment): on a
+timeout, on `close()` (the end of the host's checks, or the run's --timeout) and on
+SIGTERM, SIGHUP or SIGINT, every process that carries a mark, or descends from one, is
+killed (`kill_children()`). After `close()` the transport starts nothing. A worker forked
+to run the checks (the prolog, `run --timeout`) gets SIGTERM when its parent dies
+(host.py), and `kill_worker_on_signal()` lets that parent forward the signals. Keeping
+commands in our process group costs nothing; the alternative backstop for a SIGKILL of
+clustercheck alone, PR_SET_PDEATHSIG through `preexec_fn`, costs about 1.2 ms per command
+(0.66 -> 1.9 ms here), is unsafe with threads, and reaches only the direct child.
 """
 
 from __future__ import annotations
