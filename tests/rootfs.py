@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -33,6 +34,7 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,13 +71,23 @@ def _run(argv: Sequence[str], what: str, timeout: float = 900, **kw: object) -> 
     return str(proc.stdout)
 
 
+_HELD: list[int] = []  # re-entrant: a builder holding the lock calls others
+
+
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
     """One builder at a time (parallel test runs share the cache)."""
+    if _HELD:
+        yield
+        return
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+        _HELD.append(1)
+        try:
+            yield
+        finally:
+            _HELD.pop()
 
 
 def _need_root() -> None:
@@ -230,6 +242,8 @@ def image(
     dest.parent.mkdir(parents=True, exist_ok=True)
     _run(["cp", "-a", str(base), str(dest)], "copying the base rootfs")
     (dest / ".clustercheck-complete").unlink()
+    if shutil.which("bwrap") is None:
+        _ensure_tool("bwrap", "bubblewrap")
     img = Image(dest, [f"Debian {SUITE} from debootstrap --variant=minbase"])
     if verbs:
         packages = debs(VERBS_DEBS)
@@ -262,6 +276,50 @@ def image(
             shutil.rmtree(path)
         img.notes.append(f"removed /{rel.lstrip('/')}")
     return img
+
+
+#: Bump when image() builds differently: cached images with another stamp are rebuilt.
+BUILDER = "1"
+
+
+def cached_image(name: str, **options: Any) -> Image:
+    """image(CACHE/images/NAME, **options), built once: tests only read it (bwrap --ro-bind)."""
+    dest = CACHE / "images" / name
+    stamp = json.dumps({"builder": BUILDER, "suite": SUITE, **options}, sort_keys=True)
+    done = dest / ".clustercheck-image"
+    if done.exists() and done.read_text().splitlines()[0] == stamp:
+        return Image(dest, done.read_text().splitlines()[1:])
+    with _locked():
+        if done.exists() and done.read_text().splitlines()[0] == stamp:
+            return Image(dest, done.read_text().splitlines()[1:])
+        partial = dest.with_name(name + ".partial")
+        img = image(partial, **options)
+        (partial / ".clustercheck-image").write_text("\n".join([stamp, *img.notes]) + "\n")
+        shutil.rmtree(dest, ignore_errors=True)
+        partial.rename(dest)
+    return Image(dest, img.notes)
+
+
+def squashfs_of(img: Image, name: str) -> Path:
+    """A real squashfs (mksquashfs, lzo as enroot makes them) of a cached image, cached beside it."""
+    _ensure_tool("mksquashfs", "squashfs-tools")
+    _ensure_tool("unsquashfs", "squashfs-tools")
+    out = CACHE / "squashfs" / f"{name}.sqsh"
+    stamp = out.with_suffix(".stamp")
+    key = (img.root / ".clustercheck-image").read_text()
+    if out.exists() and stamp.exists() and stamp.read_text() == key:
+        return out
+    with _locked():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(".partial")
+        partial.unlink(missing_ok=True)
+        _run(
+            ["mksquashfs", str(img.root), str(partial), "-comp", "lzo", "-noappend", "-quiet", "-e", "usr/share"],
+            "mksquashfs",
+        )
+        partial.rename(out)
+        stamp.write_text(key)
+    return out
 
 
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"  # where Debian's python3-pip installs as root
@@ -373,6 +431,7 @@ class StandinNode:
             os.mknod(devices / name, mode | 0o020000, os.makedev(major, minor))
             os.chmod(devices / name, mode)
         (work / "srv").mkdir()
+        self.srv = dict(srv or {})
         for name, folder in (srv or {}).items():  # bound at /srv/NAME inside (mount follows the link)
             (work / "srv" / name).symlink_to(folder.resolve())
         (work / "ns.sh").write_text(NAMESPACE_SCRIPT)

@@ -48,16 +48,15 @@ def bwrap(image: str, dev: list[str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, rootfs.Image]:
+def images() -> dict[str, rootfs.Image]:
     if not shutil.which("bwrap"):
         rootfs.unavailable("bwrap (Debian's bubblewrap) is not installed")
-    where = tmp_path_factory.mktemp("images")
     return {
-        "verbs": rootfs.image(where / "verbs", verbs=True, cuda="ngc12"),
-        "bare": rootfs.image(where / "bare", cuda="pip12"),
-        "site": rootfs.image(where / "site", verbs=True, verbs_prefix="/opt/rdma-core/lib", cuda="pip13"),
-        "no-ls": rootfs.image(where / "no-ls", verbs=True, drop=["usr/bin/ls"]),
-        "no-shell": rootfs.image(where / "no-shell", verbs=True, drop=["usr/bin/sh", "usr/bin/dash"]),
+        "verbs": rootfs.cached_image("verbs", verbs=True, cuda="ngc12"),
+        "bare": rootfs.cached_image("bare", cuda="pip12"),
+        "site": rootfs.cached_image("site", verbs=True, verbs_prefix="/opt/rdma-core/lib", cuda="pip13"),
+        "no-ls": rootfs.cached_image("no-ls", verbs=True, drop=["usr/bin/ls"]),
+        "no-shell": rootfs.cached_image("no-shell", verbs=True, drop=["usr/bin/sh", "usr/bin/dash"]),
     }
 
 
@@ -78,7 +77,8 @@ def node(images: dict[str, rootfs.Image], tmp_path_factory: pytest.TempPathFacto
     for hook in HOOKS:
         (etc / "enroot/hooks.d" / hook).write_text("")
     root = next(iter(images.values())).root.parent
-    return rootfs.StandinNode(tmp_path_factory.mktemp("node"), srv={"images": root, "etc": etc})
+    squash = tmp_path_factory.mktemp("squash")
+    return rootfs.StandinNode(tmp_path_factory.mktemp("node"), srv={"images": root, "etc": etc, "squash": squash})
 
 
 def run_in_node(node: rootfs.StandinNode, tmp_path: Path, checks: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -193,29 +193,11 @@ SQUASH_LAUNCHER = (
 
 
 @pytest.fixture(scope="module")
-def squashfs(images: dict[str, rootfs.Image]) -> tuple[Path, Path]:
-    """A real squashfs of the image without a shell (the smallest at hand), and a copy cut at half."""
-    if not shutil.which("mksquashfs"):
-        rootfs.unavailable("mksquashfs (squashfs-tools) is not installed")
-    where = images["verbs"].root.parent
-    good = where / "train.sqsh"
-    if not good.exists():
-        subprocess.run(
-            [
-                "mksquashfs",
-                str(images["no-shell"].root),
-                str(good),
-                "-comp",
-                "lzo",
-                "-noappend",
-                "-quiet",
-                "-e",
-                "usr/share",
-            ],
-            check=True,
-            capture_output=True,
-        )
-    cut = where / "cut.sqsh"
+def squashfs(images: dict[str, rootfs.Image], node: rootfs.StandinNode) -> tuple[Path, Path]:
+    """A real squashfs of the image without a shell (the smallest at hand), and a copy cut at half,
+    in the folder the node shows as /srv/squash."""
+    good = rootfs.squashfs_of(images["no-shell"], "no-shell")
+    cut = node.srv["squash"] / "cut.sqsh"
     data = good.read_bytes()
     cut.write_bytes(data[: len(data) // 2])
     return good, cut
@@ -226,7 +208,7 @@ def test_an_image_that_is_a_folder_or_a_truncated_squashfs(
 ) -> None:
     good, cut = squashfs
     folder = "/srv/images/verbs"
-    truncated = f"/srv/images/{cut.name}"
+    truncated = f"/srv/squash/{cut.name}"
 
     def launch(image: str) -> list[str]:
         return ["sh", "-c", SQUASH_LAUNCHER, image]
