@@ -623,9 +623,15 @@ def parse_slurm_conf(text: str) -> dict[str, tuple[str, int]]:
     found: dict[str, tuple[str, int]] = {}
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
-        for m in re.finditer(r"([A-Za-z]\w*)\s*=\s*(\"[^\"]*\"|\S+)", line):
+        for m in _CONF_PAIR.finditer(line):
             found.setdefault(m.group(1).lower(), (m.group(2).strip('"'), number))
     return found
+
+
+# A key starts where no word character precedes it: without the look-behind, sre retried the
+# key at every position of a long word (`aaaa...` without `=`), quadratic in the line's length
+# (one 800 KB line held the interpreter lock past every budget).
+_CONF_PAIR = re.compile(r"(?<!\w)([A-Za-z]\w*)\s*=\s*(\"[^\"]*\"|\S+)")
 
 
 def memlock_propagated(conf: dict[str, tuple[str, int]]) -> tuple[bool, str]:

@@ -32,7 +32,7 @@ from clustercheck.analyzers.topology import (
     read_conf_lines,
 )
 from clustercheck.errors import HostError
-from clustercheck.hostlist import expand, fold
+from clustercheck.hostlist import MAX_NAME, SLURM_MAX_NAME, expand, fold
 from clustercheck.result import Status, worst
 
 # /etc/slurm, then where a configless slurmd keeps its copy (as checks/rdma.py looks too)
@@ -247,9 +247,9 @@ def placement(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Resu
     if result.exit_code != 0 or not value:
         return skip("not inside a Slurm job: SLURM_JOB_NODELIST is not set")
     try:
-        nodes = expand(value)
-    except Exception as exc:  # UsageError from a malformed hostlist
-        raise HostError(host.name, f"cannot tell: SLURM_JOB_NODELIST={value!r}: {exc}") from None
+        nodes = expand(value, max_name=SLURM_MAX_NAME)
+    except Exception as exc:  # UsageError from a malformed hostlist (it names the value, shortened)
+        raise HostError(host.name, f"cannot tell: SLURM_JOB_NODELIST={value[:80]!r}: {exc}") from None
     found = locate(host, config_dirs)
     if found is None:
         return skip(f"no slurm.conf in {', '.join(config_dirs)}: no Slurm topology to judge the placement by")
@@ -406,7 +406,7 @@ def parse_gres_conf(text: str, source: str = "gres.conf") -> tuple[str | None, l
         if name.lower() != "gpu":
             continue
         file_expr = cl.get("file")
-        flat = tuple(_expand(file_expr, cl.where)) if file_expr else ()
+        flat = tuple(_expand(file_expr, cl.where, max_name=MAX_NAME)) if file_expr else ()
         count_text = cl.get("count")
         if count_text is not None:
             m = re.fullmatch(r"(\d+)([KMGTP]?)", count_text, re.IGNORECASE)
@@ -419,9 +419,9 @@ def parse_gres_conf(text: str, source: str = "gres.conf") -> tuple[str | None, l
     return autodetect, lines
 
 
-def _expand(expression: str, where: str) -> list[str]:
+def _expand(expression: str, where: str, *, max_name: int = SLURM_MAX_NAME) -> list[str]:
     try:
-        return expand(expression)
+        return expand(expression, max_name=max_name)
     except Exception as exc:
         raise TopologyError(f"{where}: {exc}") from None
 

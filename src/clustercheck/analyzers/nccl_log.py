@@ -53,6 +53,11 @@ MAX_LINE = 4 << 20
 EXACT_CHANNELS = 50_000
 #: Files at least this large are scanned in stretches on several processes (`jobs`).
 PARALLEL_MIN = 64 << 20
+#: The longest text after `via NET/` that can name a transport (`IBext_v8/3(2)/GDRDMA`).
+MAX_TAIL = 128
+#: The longest part of a line kept and parsed (NCCL lines are a few hundred bytes); longer ones are
+#: cut there and counted as overlong, so every per-line step has a bounded input.
+MAX_KEPT = 4096
 #: Caps that keep memory constant whatever the input holds.
 MAX_ERRORS = 50
 MAX_HOSTS = 4096
@@ -101,26 +106,31 @@ _FOREIGN = re.compile(
     rb"fi_getinfo: provider \S+ output empty list|libibverbs: Warning: no userspace device-specific driver"
 )
 # Channel lines, one by one (exact attribution).
-_CHANNEL = re.compile(rb"NCCL INFO (?:Channel|Ring) [^\n]*? via ")
+# (bounded: an unbounded lazy run rescanned a long line from every "NCCL INFO Channel" in it)
+_CHANNEL = re.compile(rb"NCCL INFO (?:Channel|Ring) [^\n]{0,512}? via ")
 # Channel lines, counted: the network ones by their whole tail, the others by one byte.
 # Network channels by their whole tail; shared-memory ones as b"" (a rare first byte keeps it fast).
 _VIA = re.compile(rb"via (?:NET/([^\n]*)|SHM)")
 
 _MARKER = re.compile(r"NCCL (INFO|WARN) ")
-_HOST = re.compile(r"(?:^|(?<=[\s>\]:|]))([^\s:|]+):(\d+):(\d+) \[(-?\d+)\]")
+# Look-behinds start each run of name characters only once (linear): a match inside a run implies
+# one from the run's start, so the leftmost match is the same as without them.
+_HOST = re.compile(r"(?:^|(?<=[\s:|]))([^\s:|]+):(\d+):(\d+) \[(-?\d+)\]")
 _DEV_ONLY = re.compile(r"\[(-?\d+)\]\s*(?:\S+:\d+\s*)?$")
 # Dates and times before the NCCL prefix (logging frameworks, CloudWatch); not digits inside host names.
 _TIMESTAMP = re.compile(
     r"(?<![\w-])\d{4}-[01]\d-[0-3]\d(?:[T ][0-2]\d:[0-5]\d:[0-5]\d(?:[.,]\d+)?(?:Z|[+-][0-2]\d:?[0-5]\d)?)?"
     r"|(?<![\w:-])[0-2]\d:[0-5]\d:[0-5]\d(?:[.,]\d+)?"
 )
-_SPLICED = re.compile(r"[^\s:|\[\]]+:\d+:")
+#: How much of the end of a prefix may hold `[dev] file:line` (_DEV_ONLY backtracks over what it is given).
+_PREFIX_TAIL = 256
+_SPLICED = re.compile(r"(?<![^\s:|\[\]])[^\s:|\[\]]+:\d+:")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
 
 _TAIL = re.compile(r"NET/(.+?)/(\d+)(?:\((\d+)\))?((?:/[A-Za-z]+|\([A-Za-z]+\))*)\s*$")
 _CHANNEL_LINE = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : .*? via (.+?)\s*$")
 _DEVICE = re.compile(r"\[(\d+)\]([^\s:\[\]]+):(\d+)/(\w+)((?:/\w+)*)")
-_IFACE = re.compile(r"\[(\d+)\]([^\s:\[\]]+):(\S+?)<\d+>")
+_IFACE = re.compile(r"\[(\d+)\]([^\s:\[\]]+):([^\s<\[\]]+)<\d+>")
 
 # WARN messages, most specific first: (pattern, kind). Kinds: "runtime" errors always fail;
 # "init" failures left the job without a network it was meant to use; "cause" explains a
@@ -250,7 +260,10 @@ class NetTail:
 
 def parse_net_tail(tail: str) -> NetTail | None:
     """'IB/0(8)/GDRDMA' (after 'via NET/') -> NetTail; None for anything else."""
-    m = _TAIL.match("NET/" + tail.strip())
+    tail = tail.strip()
+    if len(tail) > MAX_TAIL:  # no transport name is this long; _TAIL backtracks over what it is given
+        return None
+    m = _TAIL.match("NET/" + tail)
     if not m:
         return None
     flags = m.group(4) or ""
@@ -293,7 +306,7 @@ class LogLine:
 
 
 GARBLED = LogLine(None, None, "GARBLED", "")
-_TAIL_PREFIX = re.compile(r"([^\s:|]+):(\d+):(\d+) \[(-?\d+)\] $")
+_TAIL_PREFIX = re.compile(r"(?<![^\s:|])([^\s:|]+):(\d+):(\d+) \[(-?\d+)\] $")
 
 
 def _salvage(line: str, marker: re.Match[str]) -> LogLine:
@@ -334,7 +347,7 @@ def split_line(line: str) -> LogLine | None:
             return _salvage(line, marker)
         host, dev = m.group(1), int(m.group(4))
     else:
-        d = _DEV_ONLY.search(prefix)
+        d = _DEV_ONLY.search(prefix[-_PREFIX_TAIL:])  # it ends the prefix: a bounded window stays linear
         if d:
             dev = int(d.group(1))
         if _SPLICED.search(prefix):
@@ -393,6 +406,8 @@ class _Job:
     event_count: int = 0
     garbled: int = 0
     overlong: int = 0
+    cut: int = 0  # lines cut at MAX_KEPT
+    cut_ref: Ref | None = None
     nccl_lines: int = 0
     lines: int = 0
     sources: list[str] = field(default_factory=list)
@@ -421,6 +436,8 @@ class Partial:
     pxn: int = 0
     foreign: dict[str, int] = field(default_factory=dict)
     overlong: int = 0
+    cut: int = 0  # lines longer than MAX_KEPT, kept only up to it
+    cut_line: int = 0  # the first of them (relative to the stretch)
 
 
 class _Collector:
@@ -448,21 +465,25 @@ class _Collector:
 
     def _record(self, buf: bytes | bytearray, start: int, end: int, line: int) -> None:
         out = self.out
+        if end - start > MAX_KEPT:  # keep the head of an overlong line, and say it was cut
+            end = start + MAX_KEPT
+            out.cut += 1
+            out.cut_line = out.cut_line or line
         if len(out.records) < _RECORDS_CAP:
             out.records.append((line, buf[start:end].decode("utf-8", "replace")))
 
     def _rare(self, buf: bytes | bytearray, end: int, first_line: int, pattern: re.Pattern[bytes]) -> None:
         rfind, find, count = buf.rfind, buf.find, buf.count
         seen = self._seen
-        last_start, line_no, last_line_start = -1, first_line, 0
+        line_no, last_line_start, last_stop = first_line, 0, -1
         for m in pattern.finditer(buf, 0, end):
+            if m.start() <= last_stop:
+                continue  # a second kind on the same (spliced) line: no rescan of a long line
             start = rfind(b"\n", 0, m.start()) + 1
-            if start == last_start:
-                continue  # a second kind on the same (spliced) line
-            last_start = start
             stop = find(b"\n", m.end(), end)
             if stop < 0:
                 stop = end
+            last_stop = stop
             raw = bytes(buf[start:stop])
             if b"0x" in raw:  # communicator pointers and ids differ; the rest repeats per communicator
                 raw = _HEX.sub(b"", raw)
@@ -498,11 +519,13 @@ class _Collector:
         rfind, find, count = buf.rfind, buf.find, buf.count
         prefixes = self._prefixes
         line_no, last_line_start, done = first_line, 0, 0
+        start, stop = 0, -1
         for m in _CHANNEL.finditer(buf, 0, end):
-            start = rfind(b"\n", 0, m.start()) + 1
-            stop = find(b"\n", m.end(), end)
-            if stop < 0:
-                stop = end
+            if m.start() > stop:  # a new line (several matches on one spliced line reuse its bounds)
+                start = rfind(b"\n", 0, m.start()) + 1
+                stop = find(b"\n", m.end(), end)
+                if stop < 0:
+                    stop = end
             line_no += count(b"\n", last_line_start, start)
             last_line_start = start
             done += 1
@@ -510,7 +533,7 @@ class _Collector:
             prefix = bytes(buf[start : m.start()])
             host = prefixes.get(prefix, _UNSET)
             if host is _UNSET:
-                parsed = split_line(buf[start:stop].decode("utf-8", "replace"))
+                parsed = split_line(buf[start : min(stop, start + MAX_KEPT)].decode("utf-8", "replace"))
                 if parsed is None or parsed.level == "GARBLED":
                     self._record(buf, start, stop, line_no)  # the judge counts (and salvages) it
                     continue
@@ -578,11 +601,13 @@ class _Collector:
         rfind, find, count = buf.rfind, buf.find, buf.count
         prefixes = self._prefixes
         line_no, last_line_start = first_line, 0
+        start, stop = 0, -1
         for m in compiled.finditer(buf, 0, end):
-            start = rfind(b"\n", 0, m.start()) + 1
-            stop = find(b"\n", m.end(), end)
-            if stop < 0:
-                stop = end
+            if m.start() > stop:  # a new line (several matches on one spliced line reuse its bounds)
+                start = rfind(b"\n", 0, m.start()) + 1
+                stop = find(b"\n", m.end(), end)
+                if stop < 0:
+                    stop = end
             line_no += count(b"\n", last_line_start, start)
             last_line_start = start
             marker = find(b"NCCL INFO ", start, m.start())
@@ -591,7 +616,7 @@ class _Collector:
             prefix = bytes(buf[start:marker])
             host = prefixes.get(prefix, _UNSET)
             if host is _UNSET:
-                parsed = split_line(buf[start:stop].decode("utf-8", "replace"))
+                parsed = split_line(buf[start : min(stop, start + MAX_KEPT)].decode("utf-8", "replace"))
                 if parsed is None or parsed.level == "GARBLED":
                     continue
                 host = prefixes[prefix] = parsed.host
@@ -746,6 +771,9 @@ class Scanner:
         job, name = self.job, part.name
         job.lines = max(job.lines, offset + part.lines)
         job.overlong += part.overlong
+        if part.cut:
+            job.cut += part.cut
+            job.cut_ref = job.cut_ref or Ref(name, offset + part.cut_line)
         for line, raw in part.records:
             self.parse(raw, Ref(name, offset + line))
         for (host, cls_name, job_counts), (n, line) in part.channels.items():
@@ -778,6 +806,10 @@ class Scanner:
         try:
             for number, text in lines:
                 self.job.lines = max(self.job.lines, number)
+                if len(text) > MAX_KEPT:  # keep the head of an overlong line, and say it was cut
+                    text = text[:MAX_KEPT]
+                    self.job.cut += 1
+                    self.job.cut_ref = self.job.cut_ref or Ref(name, number)
                 self.parse(text, Ref(name, number))
         finally:
             self._count_job_channels = True
@@ -949,7 +981,7 @@ class Scanner:
             if m and len(h.ranks) < 4096:
                 h.ranks.add((int(m.group(1)), int(m.group(2))))
         elif msg[:1].isdigit():
-            m = re.search(r"(\d+) nvls channels", msg)
+            m = re.search(r"(?<!\d)(\d+) nvls channels", msg)
             if m:
                 n = int(m.group(1))
                 h.nvls_channels = n if h.nvls_channels is None else max(h.nvls_channels, n)
@@ -1030,7 +1062,7 @@ class Scanner:
     def _warn(self, h: _Host, msg: str, ref: Ref) -> None:
         job = self.job
         kind = "benign"
-        for pattern, k in _WARN_KINDS:
+        for pattern, k in _WARN_KINDS:  # on a message of at most MAX_KEPT characters
             if pattern.search(msg):
                 kind = k
                 break
@@ -1106,6 +1138,8 @@ class LogReport:
     nccl_lines: int
     garbled_lines: int
     skipped_long_lines: int
+    cut_lines: int = 0  # lines longer than MAX_KEPT, read only up to it
+    first_cut: Ref | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -1125,6 +1159,7 @@ class LogReport:
             "files": list(self.sources),
             "garbled_lines": self.garbled_lines,
             "skipped_long_lines": self.skipped_long_lines,
+            "cut_lines": self.cut_lines,
         }
 
 
@@ -1538,6 +1573,8 @@ def _judge(job: _Job, *, expect: str | None, expect_gdr: bool) -> LogReport:
         nccl_lines=job.nccl_lines,
         garbled_lines=job.garbled,
         skipped_long_lines=job.overlong,
+        cut_lines=job.cut,
+        first_cut=job.cut_ref,
     )
 
 

@@ -43,7 +43,10 @@ _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 _AVG = re.compile(r"Avg bus bandwidth\s*:\s*([\d.]+)")
 _OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(\w+)")
 _HEADER = re.compile(r"#?\s*size\s+count\s+type\b(.*)$")
-_PARAMS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+).*?minBytes\s+(\d+)\s+maxBytes\s+(\d+)")
+# Two searches, not one with `.*?` between: that rescanned the rest of the line from every
+# `nThread N nGpus N` in it (quadratic on a hostile line); the leftmost matches are the same.
+_PARAMS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_PARAMS_BYTES = re.compile(r"minBytes\s+(\d+)\s+maxBytes\s+(\d+)")
 # A row cut in pieces by other ranks' output (NCCL INFO lines glued to its fragments): the head
 # (size count type [redop] [root]) and each measurement (time algbw busbw check) start a line.
 _HEAD_PIECE = re.compile(r"^\s*(\d+)\s+(\d+)\s+([a-z0-9_]+)((?:\s+[a-z]+)?(?:\s+-?\d+)?)(?=[^\d\s.]|\s*$)")
@@ -227,12 +230,13 @@ def parse(text: str | Iterable[str], source: str = "-") -> TestsReport:
             oob, oob_word, oob_line = int(m.group(1)), m.group(2), number
             continue
         m = _PARAMS.search(line)
-        if m:
+        b = _PARAMS_BYTES.search(line, m.end()) if m else None
+        if m and b:
             params = {
                 "nThread": int(m.group(1)),
                 "nGpus": int(m.group(2)),
-                "minBytes": int(m.group(3)),
-                "maxBytes": int(m.group(4)),
+                "minBytes": int(b.group(1)),
+                "maxBytes": int(b.group(2)),
             }
             continue
         m = _RANK.search(line)

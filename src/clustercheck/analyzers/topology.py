@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from clustercheck.errors import UsageError
-from clustercheck.hostlist import expand, fold
+from clustercheck.hostlist import SLURM_MAX_NAME, expand, fold
 from clustercheck.result import Status, worst
 
 # Slurm: SwitchName "must be shorter than HOST_NAME_MAX (64)"; topology.yaml.5 "cannot be longer
@@ -73,6 +73,7 @@ class Finding(NamedTuple):
 # Key, optional operator (Slurm accepts `+=`, `-=` in a few files), then a quoted or bare value.
 _PAIR_RE = re.compile(r'\s*([A-Za-z][A-Za-z0-9_.]*)\s*[-+*/]?=\s*(?:"([^"]*)"|([^\s"]+))')
 _INCLUDE_RE = re.compile(r"^\s*include\s+(\S.*?)\s*$", re.IGNORECASE)
+_BLANK_REST = re.compile(r"\s*\Z")
 
 
 class ConfLine(NamedTuple):
@@ -144,12 +145,12 @@ def _conf_line(text: str, source: str, number: int) -> ConfLine:
     pairs: list[tuple[str, str]] = []
     pos = 0
     while pos < len(text):
-        if not text[pos:].strip():
+        if _BLANK_REST.match(text, pos):  # not text[pos:].strip(): that copies the rest per pair
             break
         pm = _PAIR_RE.match(text, pos)
         if pm is None:
-            bad = text[pos:].strip().split()[0]
-            raise TopologyError(f"{source}:{number}: cannot read {bad!r}: expected Key=Value pairs")
+            bad = text[pos : pos + 200].split()[0]
+            raise TopologyError(f"{source}:{number}: cannot read {bad[:80]!r}: expected Key=Value pairs")
         value = pm.group(2) if pm.group(2) is not None else pm.group(3)
         pairs.append((pm.group(1), value))
         pos = pm.end()
@@ -158,7 +159,7 @@ def _conf_line(text: str, source: str, number: int) -> ConfLine:
 
 def _expand(expression: str, where: str, what: str) -> list[str]:
     try:
-        return expand(expression)
+        return expand(expression, max_name=SLURM_MAX_NAME)
     except UsageError as exc:
         raise TopologyError(f"{where}: {what}: {exc}") from None
 
@@ -956,6 +957,20 @@ def _read_slurm(
                 conf.params[k.lower()] = (v, source, cl.line)
 
 
+def _without_parentheses(text: str) -> str:
+    r"""'gpu:2(S:0-1)' -> 'gpu:2', in one pass (re.sub(r"\(.*?\)") rescans to the end from every
+    unclosed `(`: quadratic); an unclosed `(` keeps the rest, as that regex did."""
+    out, pos = [], 0
+    while True:
+        open_at = text.find("(", pos)
+        close_at = text.find(")", open_at + 1) if open_at >= 0 else -1
+        if close_at < 0:
+            out.append(text[pos:])
+            return "".join(out)
+        out.append(text[pos:open_at])
+        pos = close_at + 1
+
+
 def parse_gres_gpus(gres: str) -> int:
     """slurm.conf `Gres=` -> the number of GPUs: `gpu:8` 8, `gpu:a100:4,gpu:v100:2(S:0-1)` 6, `mps:100` 0."""
     total = 0
@@ -973,7 +988,7 @@ def parse_gres_gpus(gres: str) -> int:
             item += ch
     items.append(item)
     for raw in items:
-        spec = re.sub(r"\(.*?\)", "", raw).strip()
+        spec = _without_parentheses(raw).strip()
         if not spec:
             continue
         parts = [p for p in spec.split(":") if p and p.lower() != "no_consume"]
@@ -1099,11 +1114,14 @@ def parse_ibnetdiscover(text: str, source: str = "ibnetdiscover") -> Fabric:
         )
         for n in nodes.values():
             n.links[:] = [link for link in n.links if link.remote in nodes]
-    # a cable is listed at both ends; add the end a partial dump may lack
+    # a cable is listed at both ends; add the end a partial dump may lack (a set of the ends each
+    # node lists: scanning a node's links per link was quadratic in a hostile dump's port count)
+    ends = {(n.name, link.port, link.remote) for n in nodes.values() for link in n.links}
     for n in list(nodes.values()):
-        for link in n.links:
+        for link in list(n.links):
             other = nodes[link.remote]
-            if not any(back.remote == n.name and back.port == link.remote_port for back in other.links):
+            if (other.name, link.remote_port, n.name) not in ends:
+                ends.add((other.name, link.remote_port, n.name))
                 other.links.append(IBLink(link.remote_port, n.name, link.port, link.speed))
     return fabric
 
@@ -1128,6 +1146,11 @@ def parse_node_map(text: str, source: str = "node map") -> dict[str, str]:
         name = parts[1].strip().strip('"').split()
         if not name:
             raise TopologyError(f"{source}:{number}: no name after the GUID")
+        if len(name[0]) > SLURM_MAX_NAME:
+            raise TopologyError(
+                f"{source}:{number}: a node name of {len(name[0])} characters; Slurm's are at most "
+                f"{SLURM_MAX_NAME} (MAXHOSTNAMELEN)"
+            )
         out[guid] = name[0]
     return out
 
@@ -1137,7 +1160,12 @@ def hca_host(hca: IBNode, names: Mapping[str, str] | None = None) -> str | None:
     if names and hca.guid in names:
         return names[hca.guid]
     words = hca.description.split()
-    if len(words) == 2 and _HCA_DEVICE_RE.match(words[1]) and _HOSTNAME_RE.match(words[0]):
+    if (
+        len(words) == 2
+        and len(words[0]) <= SLURM_MAX_NAME
+        and _HCA_DEVICE_RE.match(words[1])
+        and _HOSTNAME_RE.match(words[0])
+    ):
         return words[0].split(".")[0]
     return None
 
