@@ -121,6 +121,9 @@ class ScrapeParseError(ValueError):
     """A metrics page that is not the Prometheus text format; the message names the line."""
 
 
+_TYPE_LINE = re.compile(r"^#[ \t]*TYPE[ \t]+(\S+)\s", re.MULTILINE)
+
+
 def parse_scrape(text: str) -> list[Series]:
     """A Prometheus text-format page -> its samples, parsed by prometheus_client.
 
@@ -129,15 +132,16 @@ def parse_scrape(text: str) -> list[Series]:
     """
     from prometheus_client.parser import text_string_to_metric_families
 
+    # The names the page declares with `# TYPE`, read once (a search of the whole page per
+    # family was quadratic in a page of many families).
+    declared = {m.group(1) for m in _TYPE_LINE.finditer(text)}
     try:
         series = []
         for family in text_string_to_metric_families(text):
             # The parser renames the samples of a `# TYPE X counter` family to X_total
             # (OpenMetrics style); dcgm-exporter's counters have no such suffix, so give
             # back the name as written unless the page itself declared X_total.
-            munged = family.type == "counter" and not re.search(
-                rf"^#\s*TYPE\s+{re.escape(family.name)}_total\s", text, re.MULTILINE
-            )
+            munged = family.type == "counter" and family.name + "_total" not in declared
             for sample in family.samples:
                 name = sample.name
                 if munged and name == family.name + "_total":
@@ -386,20 +390,45 @@ _PYTHON_FETCH = (
 )
 
 
+def check_url(url: str) -> None:
+    """ValueError unless `url` is an http:// or https:// URL with a host and nothing odd in it.
+
+    The profile's `url` reaches curl/wget on the node as an argument: a value such as
+    `-o/etc/cron.d/x` or `--config=...` must never become an option, and file://, ftp:// or
+    gopher:// are no metrics pages.
+    """
+    from urllib.parse import urlsplit
+
+    shown = repr(url) if len(url) <= 200 else repr(url[:200]) + "..."
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise ValueError(f"url must be an http:// or https:// URL without spaces or control characters, got {shown}")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise ValueError(f"url is not a valid URL ({exc}): {shown}") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"url must be an http:// or https:// URL with a host (e.g. {DEFAULT_URL}), got {shown}")
+
+
 def scrape_argv(tool: str, url: str, timeout: float, number: int) -> tuple[str, ...]:
     """The command that fetches `url` with `tool`, bounded by `timeout` seconds.
 
     Each scrape of a check names its number in the User-Agent: the exporter ignores it,
     and a recording keeps each scrape apart (a recording is keyed by the command), so a
     replay sees the counters move as they did.
+
+    `--` ends curl's and wget's options before the URL, which `check_url` has already held to
+    http(s): a `url` starting with `-` is never an option.
     """
+    check_url(url)
     agent = f"clustercheck-scrape-{number}"
     seconds = f"{timeout:g}"
     if tool == "curl":
         return ("curl", "--silent", "--show-error", "--fail", "--noproxy", "*", "--max-time", seconds,
-                "--user-agent", agent, url)  # fmt: skip
+                "--user-agent", agent, "--", url)  # fmt: skip
     if tool == "wget":
-        return ("wget", "-nv", "-O", "-", "-T", seconds, "-t", "1", "--no-proxy", "-U", agent, url)
+        return ("wget", "-nv", "-O", "-", "-T", seconds, "-t", "1", "--no-proxy", "-U", agent, "--", url)
     return ("python3", "-c", _PYTHON_FETCH, url, seconds, agent)
 
 
@@ -609,6 +638,10 @@ def dcgm_exporter(
     container); for a missing GPU check `dcgmi discovery -l` and the exporter's log; add
     missing fields to its counters CSV (-f); restart an exporter that serves stale values.
     """
+    try:
+        check_url(url)  # before anything runs: the profile's url becomes an argument on the node
+    except ValueError as exc:
+        raise HostError(host.name, f"bad parameter: {exc}; fix the profile") from None
     gpus = node_gpus(host)
     if not gpus:
         return skip("no NVIDIA GPU on this node (the nvml probe lists none)")
