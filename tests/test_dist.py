@@ -366,6 +366,21 @@ def test_a_truncated_copy_says_so(pyz: Path, bare_python: Path, tmp_path: Path, 
     assert not list((tmp_path / "cache").glob("*/.complete"))
 
 
+def test_a_truncated_copy_says_so_even_with_its_build_unpacked(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    assert run(bare_python, pyz, "--version", cache=cache).returncode == 0  # unpacked by the whole file
+    data = pyz.read_bytes()
+    for size in (len(data) - 1, len(data) // 3):
+        cut = tmp_path / "clustercheck.pyz"
+        cut.write_bytes(data[:size])
+        result = run(bare_python, cut, "--version", cache=cache)
+        assert result.returncode == 70 and result.stdout == ""
+        assert f"truncated ({size} bytes, built as {len(data)}" in one_line(result.stderr)
+    padded = tmp_path / "padded.pyz"
+    padded.write_bytes(data.replace(b"\n", b"\r\n", 3))  # a text-mode transfer
+    assert "damaged" in one_line(run(bare_python, padded, "--version", cache=cache).stderr)
+
+
 def test_a_damaged_copy_says_so(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
     data = bytearray(pyz.read_bytes())
     middle = len(data) // 2

@@ -147,6 +147,7 @@ TOP = f"""\
 # node's own python3 (3.10 or newer), no venv; `--help` says what it runs. Its README section:
 # "Deploying to compute nodes". Built by tools/build_pyz.py; the code is in the "#|" lines.
 """
+FILE_BYTES_MARK = "@" * 12  # the file's own size, zero-padded to this width
 BOOT_LIMIT = 65536  # TOP reads this much to find the unpacker
 
 
@@ -158,6 +159,7 @@ def render(files: dict[str, bytes]) -> bytes:
         "@BUILD@": digest[:12],
         "@PAYLOAD_BYTES@": str(len(raw)),
         "@PAYLOAD_SHA256@": digest,
+        "@FILE_BYTES@": FILE_BYTES_MARK,  # filled in below, once the size is known (same width)
     }
     top, boot = TOP, BOOT.read_text(encoding="utf-8")
     for key, value in values.items():
@@ -167,7 +169,10 @@ def render(files: dict[str, bytes]) -> bytes:
         raise BuildError(f"{BOOT} is too long: the first {BOOT_LIMIT} bytes must hold it")
     text = base64.b64encode(raw)
     lines = [b"#" + text[i : i + LINE] for i in range(0, len(text), LINE)]
-    return head + b"# clustercheck payload begins\n" + b"\n".join(lines) + b"\n# clustercheck payload ends\n"
+    data = head + b"# clustercheck payload begins\n" + b"\n".join(lines) + b"\n# clustercheck payload ends\n"
+    size = f"{len(data):0{len(FILE_BYTES_MARK)}d}".encode()
+    assert data.count(FILE_BYTES_MARK.encode()) == 1 and len(size) == len(FILE_BYTES_MARK)
+    return data.replace(FILE_BYTES_MARK.encode(), size)
 
 
 def write(data: bytes, out: Path) -> None:

@@ -23,6 +23,7 @@ VERSION = "@VERSION@"
 BUILD = "@BUILD@"
 PAYLOAD_BYTES = int("@PAYLOAD_BYTES@")
 PAYLOAD_SHA256 = "@PAYLOAD_SHA256@"
+FILE_BYTES = int("@FILE_BYTES@")  # the whole file's size: a cut or padded copy is caught on every run
 BEGIN = b"# clustercheck payload" + b" begins\n"  # split: the unpacker must not contain them
 END = b"# clustercheck payload" + b" ends\n"
 
@@ -181,6 +182,13 @@ def private_copy() -> str:
 
 
 def main() -> None:
+    try:
+        size = os.stat(__file__).st_size
+    except OSError as exc:
+        broken(f"cannot read it: {exc.strerror or exc}")
+    if size != FILE_BYTES:  # even when its build is unpacked already: it is not the file that was built
+        what = "truncated" if size < FILE_BYTES else "damaged"
+        broken(f"{what} ({size} bytes, built as {FILE_BYTES}: an interrupted copy?): copy it again")
     root = cache_root()
     target = os.path.join(root, f"{VERSION}-{BUILD}")
     if not (os.path.isfile(os.path.join(target, ".complete")) and safe(root)):
