@@ -81,9 +81,11 @@ def _conf_lines(text: str) -> Iterable[tuple[int, str]]:
 
 
 def _params(line: str) -> dict[str, str]:
-    """KEY=VALUE words of one logical line, keys lower-cased (values may not hold blanks)."""
+    """KEY=VALUE words of one logical line, keys lower-cased (values may not hold blanks; sites
+    also write `NodeName = gpu[001-013]`, which slurmctld reads the same)."""
     out: dict[str, str] = {}
-    for word in line.split():
+    flat = " ".join(line.split()).replace(" = ", "=").replace(" =", "=").replace("= ", "=")
+    for word in flat.split():
         key, eq, value = word.partition("=")
         if eq:
             out[key.lower()] = value

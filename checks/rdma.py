@@ -27,7 +27,7 @@ import shlex
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from clustercheck import Host, Result, Size, check, fact, fail, ok, warn
+from clustercheck import Host, Result, Size, check, fact, fail, ok, skip, warn
 from clustercheck.errors import CommandTimeout, HostError
 from clustercheck.registry import human_size
 
@@ -506,6 +506,19 @@ def devices(
 # -- rdma.ports ------------------------------------------------------------------------------
 
 
+def _may_have_hcas(host: Host) -> bool:
+    """False only when the node surely has no RDMA device: /proc/modules lists no ib_core (as
+    gpu.peermem reads it), or /sys/class/infiniband does not exist. Saves the RDMA gather (and its
+    ibstat/ibv_devinfo fallbacks) on every job start of a node without HCAs."""
+    try:
+        modules = host.read_optional("/proc/modules")
+        if modules is not None:
+            return any(line.split()[:1] == ["ib_core"] for line in modules.splitlines())
+        return host.read_optional("/sys/class/infiniband") is not None  # a folder: reading it fails
+    except HostError:  # a folder that cannot be read as a file (it exists), a fixture without it: look
+        return True
+
+
 @check(needs=["command sh", "command grep"], timeout=10)
 def ports(
     host: Host,
@@ -513,6 +526,7 @@ def ports(
     names: tuple[str, ...] = (),
     min_rate: int = 0,
     link_layer: str = "InfiniBand",
+    if_present: bool = False,
 ) -> Result:
     """Every port of the selected HCAs is ACTIVE and LinkUp, at `min_rate` Gb/s or more, on `link_layer`.
 
@@ -527,6 +541,8 @@ def ports(
     `names` selects HCAs as in rdma.devices; `HCA:N` selects only port N (for a dual-port
     card with one port cabled, e.g. `mlx5_*:1`). `min_rate` is in Gb/s (400 for NDR, 200 for
     HDR; 0 does not judge the rate). `link_layer` is `InfiniBand`, or `Ethernet` for RoCE.
+    With `if_present` (the bundled prolog profile) a node without any RDMA port skips: one
+    profile serves nodes with and without HCAs.
 
     Fix: DOWN/Polling: check the cable and the switch port (`ibportstate`, the switch's
     logs), reseat or swap the cable or transceiver. INIT: start or fix the subnet manager
@@ -534,6 +550,8 @@ def ports(
     replace the cable. Wrong link layer: `mlxconfig -d <HCA> set LINK_TYPE_P1=1` (IB) or `=2`
     (Ethernet), then reboot.
     """
+    if if_present and not _may_have_hcas(host):
+        return skip("no RDMA stack on this node (no ib_core module, no /sys/class/infiniband): nothing to judge")
     node = rdma(host)
     chosen = select(node.ports, hca_patterns(names))
     selected = [p for h in chosen for p in node.ports[h] if port_selected(p, names)]
@@ -550,6 +568,8 @@ def ports(
             for p in selected
         ],
     }
+    if not selected and if_present and not node.ports:
+        return skip("no RDMA port on this node (nothing under /sys/class/infiniband): nothing to judge", data=data)
     if not selected:
         which = f" of HCAs matching {', '.join(names)}" if names else ""
         return fail(
@@ -755,10 +775,12 @@ PROBE_SCRIPT = "\n".join(
         LIBRARY_SCAN,
         "echo '## memlock'",
         "ulimit -l",
+        # sh builtins only: an image without grep or cat must not look like one without NCCL settings
         "echo '## environment'",
-        "env | grep -E '^(NCCL|MELLANOX)_'",
+        "if command -v env >/dev/null 2>&1; then env; else export -p; fi | while IFS= read -r l; do "
+        'l=${l#export }; case "$l" in NCCL_*|MELLANOX_*) printf \'%s\\n\' "$l";; esac; done',
         "echo '## nccl.conf'",
-        "cat /etc/nccl.conf 2>/dev/null",
+        "[ -r /etc/nccl.conf ] && while IFS= read -r l || [ -n \"$l\" ]; do printf '%s\\n' \"$l\"; done < /etc/nccl.conf",
         "exit 0",
     ]
 )

@@ -21,7 +21,7 @@ from clustercheck.errors import ProfileError, UsageError
 from clustercheck.registry import Size
 
 GiB = 1024**3
-BUNDLED = ["base", "gpu-node", "h100-ib", "prolog"]
+BUNDLED = ["base", "gpu-node", "h100-ib", "prolog", "prolog-cpu"]
 
 
 def problems(path: Path) -> list[str]:
@@ -82,11 +82,17 @@ def test_prolog_sets_per_check_timeouts() -> None:
         "node.cpu": 2,
         "node.memory": 2,
         "node.modules": 2,
+        "gpu.count": 5,
+        "gpu.ecc": 5,
+        "gpu.xid": 5,
+        "gpu.persistence_mode": 5,
+        "storage.mounts": 5,
+        "rdma.ports": 5,
     }
 
 
 def test_missing_profile_names_the_bundled_ones(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match=r"profile 'nope' not found: .*\(base, gpu-node, h100-ib, prolog\)"):
+    with pytest.raises(UsageError, match=r"profile 'nope' not found: .*\(base, gpu-node, h100-ib, prolog-cpu, prolog\)"):
         profile.load("nope")
     with pytest.raises(UsageError, match="not found"):
         profile.load(str(tmp_path / "missing.yaml"))

@@ -503,6 +503,8 @@ def run_bounded(work: Any, seconds: float, *, debug: bool = False) -> ChildOutco
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+    from clustercheck.transports.local import kill_children, kill_worker_on_signal  # before the fork: once
+
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: do the work, answer through the pipe, never return
@@ -534,6 +536,10 @@ def run_bounded(work: Any, seconds: float, *, debug: bool = False) -> ChildOutco
                 sys.stderr.flush()
             os._exit(code)
     os.close(write_end)
+    # slurmd's SIGTERM (or a Ctrl-C) reaches this process first: it ends the child and its
+    # commands too, then does what the signal did before (the child also gets SIGTERM when this
+    # process dies, host.py's PR_SET_PDEATHSIG, but a child holding the GIL never handles it)
+    restore = kill_worker_on_signal(pid)
     chunks: list[bytes] = []
     killed = False
     try:
@@ -553,9 +559,11 @@ def run_bounded(work: Any, seconds: float, *, debug: bool = False) -> ChildOutco
         os.close(read_end)
     if killed:
         kill_tree(pid)
+        kill_children(owner=pid)  # what it started that left its tree (a setsid daemon)
     status = 0
     with contextlib.suppress(ChildProcessError):
         _, status = os.waitpid(pid, 0)
+    restore()
     if killed:
         return ChildOutcome(killed=True)
     exit_status = os.waitstatus_to_exitcode(status)

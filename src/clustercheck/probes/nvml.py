@@ -23,8 +23,10 @@ is named in `parse_nvidia_smi_xml`.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -346,6 +348,10 @@ def _decode(value: object) -> str:
 
 def local() -> dict[str, Any]:
     """The record from NVML in-process; ProbeUnavailable when NVML cannot start but nvidia-smi may."""
+    if "pynvml" not in sys.modules and not os.path.exists("/proc/driver/nvidia") and shutil.which("nvidia-smi") is None:
+        # No NVIDIA kernel module and no nvidia-smi: NVML could only say the same, after a ~30 ms
+        # import (this runs in every job's prolog).
+        return no_gpus("the NVIDIA driver is not loaded (no /proc/driver/nvidia), and no nvidia-smi on PATH", "nvml")
     try:
         import pynvml
     except ImportError as exc:  # the package is a dependency, but a broken install should not crash
