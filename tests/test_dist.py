@@ -138,17 +138,24 @@ def test_run_local_checks_this_machine_within_a_timeout(pyz: Path, bare_python: 
 
 def test_prolog_writes_its_state_file(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
     state = tmp_path / "state" / "prolog.json"
-    result = run(
-        bare_python,
-        pyz,
-        *("prolog", "--replay", NODE, "--profile", PROFILE, "--state-file", state, "--syslog-socket", ""),
-        cache=tmp_path / "cache",
-    )
+    args = ("prolog", "--replay", NODE, "--profile", PROFILE, "--state-file", state, "--syslog-socket", "")
+    result = run(bare_python, pyz, *args, cache=tmp_path / "cache")
     assert result.returncode == 2, result.stderr
     verdict = json.loads(state.read_text())
     assert verdict["verdict"] == "fail" and verdict["exit_code"] == 2
     assert verdict["reason"].startswith("clustercheck: gpu.count: ")  # the first failed check
     assert "FAIL, the node must not run the job" in result.stdout
+    # the prolog path stays lean from the single file too: clustercheck and PyYAML, from its cache
+    traced = subprocess.run(
+        [str(bare_python), "-X", "importtime", str(pyz), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=_env(tmp_path / "cache"),
+    )
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in traced.stderr.splitlines() if "|" in line}
+    assert "yaml" in imported and not imported & {"rich", "typer", "pydantic", "paramiko", "pynvml"}, imported
 
 
 def test_health_runs_and_changes_nothing_without_scontrol(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
