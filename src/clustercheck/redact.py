@@ -35,7 +35,8 @@ _NOT_A_SECRET = {REDACTED, "None", "null", "NULL", "nil", "true", "false", "True
 # `DB_PASS`, `AccountingStoragePass`, `AWS_SECRET_ACCESS_KEY`, `SECRET_KEY_BASE` are).
 _STRONG = {"PASSWORD", "PASSWORDS", "PASSWD", "SECRET", "SECRETS", "CREDENTIAL", "CREDENTIALS"}
 _STRONG |= {"JWT", "APIKEY", "PRIVATEKEY", "PASSPHRASE", "AUTHTOKEN"}
-_WEAK = {"KEY", "PASS", "PWD", "COOKIE", "AUTH", "TOKEN"}  # `max_tokens`, `first_token_id`: ML settings
+_STRONG_PARTS = ("PASSWORD", "PASSWD", "SECRET", "CREDENTIAL", "PASSPHRASE")  # inside a word too
+_WEAK = ("KEY", "PASS", "PWD", "COOKIE", "AUTH", "TOKEN")  # the last word's end: DBPASS, GHTOKEN; not max_tokens
 _NOT_VALUE = {"FILE", "PATH", "DIR", "ID", "IDS", "MODE", "TYPE", "NAME", "NUM", "INIT", "LEN", "LENGTH", "SIZE"}
 _NOT_VALUE |= {"COUNT", "MIN", "MAX", "ENABLED", "REQUIRED", "FORMAT", "HEADER", "PARAM", "ENV", "VAR", "PREFIX"}
 _NOT_SECRET = {"PWD", "OLDPWD", "WCKEY", "TRACKWCKEY", "PKEY", "PUBKEY", "PUBLICKEY", "AUTHTYPE", "AUTHINFO"}
@@ -51,9 +52,11 @@ def _secret_name(name: str, strong: frozenset[str] | None = None) -> bool:
         return False
     if words[-1] in _NOT_VALUE or "PUBLIC" in words:
         return False
+    if any(part in w for w in words for part in _STRONG_PARTS):  # PGPASSWORD, MYSECRET, client_secret
+        return True
     if strong is not None:  # `api_key`, `X-Api-Key`, `secret_key` count; a bare `key:` does not
         return any(w in strong for w in words) or (words[-1] == "KEY" and "".join(words[-2:-1]) in _KEY_KINDS)
-    return any(w in _STRONG for w in words) or words[-1] in _WEAK
+    return any(w in _STRONG for w in words) or words[-1].endswith(_WEAK)
 
 
 # NAME= (a shell or environment assignment, a Java property, a URL query parameter)
@@ -62,7 +65,8 @@ _ASSIGN = re.compile(r"(?<![A-Za-z0-9_.-])(?:-D)?([A-Za-z_][A-Za-z0-9_.-]*)=")  
 _COLON = re.compile(r"(?:(?<=[\"'])|^[ \t]*(?:-[ \t]*)?)([A-Za-z_][A-Za-z0-9_.-]*)([\"']?)[ \t]*:[ \t]*", re.M)
 # --name / -name (an option; its value follows after `=` or blanks)
 _OPTION = re.compile(r"(?<![A-Za-z0-9_-])--?([A-Za-z][A-Za-z0-9_-]*)(=|[ \t]+)?")
-# -pSECRET (mysql, mysqldump, mariadb: the password glued to -p)
+# -pSECRET (mysql, mysqldump, mariadb, sshpass: the password glued to -p), on their lines only
+_PASSWORD_P_TOOLS = re.compile(r"(?i)mysql|mariadb|sshpass")
 _DASH_P = re.compile(r"(?<![^\s\"'=])-p(?=[^\s\"'-])")
 # scheme://user:password@
 _USERINFO = re.compile(r"://[^\s\x00/@:\"']*:")
@@ -152,6 +156,18 @@ def _options(text: str) -> Iterator[tuple[int, re.Pattern[str] | None]]:
             yield m.end(), _STOP
 
 
+def _dash_p(text: str) -> Iterator[tuple[int, re.Pattern[str] | None]]:
+    """-pSECRET on the lines that run mysql, mariadb or sshpass (elsewhere -p is a port, -pthread ...)."""
+    done = -1
+    for m in _PASSWORD_P_TOOLS.finditer(text):
+        if m.start() < done:  # this line was searched already
+            continue
+        start = max(text.rfind("\n", 0, m.start()), text.rfind("\0", 0, m.start())) + 1
+        done = _end(_LINE_END, text, m.end())
+        for p in _DASH_P.finditer(text, start, done):
+            yield p.end(), _STOP
+
+
 def _plain(pattern: re.Pattern[str], text: str) -> Iterator[tuple[int, re.Pattern[str] | None]]:
     for m in pattern.finditer(text):
         yield m.end(), _STOP
@@ -161,7 +177,7 @@ def _spans(text: str) -> Iterator[tuple[int, int]]:
     yield from _rule(text, _assignments(text))
     yield from _rule(text, _colons(text))
     yield from _rule(text, _options(text))
-    yield from _rule(text, _plain(_DASH_P, text))
+    yield from _rule(text, _dash_p(text))
     yield from _rule(text, _plain(_BEARER, text))
     for u in _USERINFO.finditer(text):  # the password ends at the authority's last @
         at = text.rfind("@", u.end(), _end(_AUTHORITY_END, text, u.end()))
