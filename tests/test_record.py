@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 from tests.helpers import REPO, cli
+from tests.sshd import SSHServer
 
 
 def _results(proc: subprocess.CompletedProcess[str]) -> list[tuple[str, str, str]]:
@@ -98,3 +99,28 @@ def test_checks_from_an_entry_point_package(tmp_path: Path) -> None:
         cwd=REPO,
     )
     assert ran.returncode == 0, ran.stderr
+
+
+def test_redacted_hosts_get_one_alias_each_and_replay_as_a_cluster(sshd: SSHServer, tmp_path: Path) -> None:
+    """--redact-hostnames with several hosts: every fixture claimed "redacted-host" (a replay of the
+    folder refused them as duplicates) and each folder was named after the real host."""
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        sshd.ssh_config.read_text()
+        + f"\nHost othernode\n  HostName {sshd.host}\n  Port {sshd.port}\n  User {sshd.user}\n"
+        + f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {sshd.known_hosts}\n"
+    )
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  node.kernel:\n  node.memory: {min_total: 1MiB}\n")
+    out = tmp_path / "cluster"
+    hosts = f"{sshd.alias},othernode"
+    rec = cli("record", "--ssh", hosts, "--ssh-config", config, "-p", profile, "--out", out, "--redact-hostnames")
+    assert rec.returncode == 0, rec.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["redacted-host-1", "redacted-host-2"]
+    for path in out.rglob("*"):
+        assert sshd.alias not in str(path.relative_to(out)) and "othernode" not in str(path.relative_to(out))
+        if path.is_file():
+            assert sshd.alias not in path.read_text() and "othernode" not in path.read_text()
+    replay = cli("run", "--replay", out, "-f", "json")
+    assert replay.returncode == 0, replay.stderr
+    assert sorted(json.loads(replay.stdout)["hosts"]) == ["redacted-host-1", "redacted-host-2"]

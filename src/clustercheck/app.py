@@ -224,9 +224,13 @@ def record(
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".recording", dir=parent))
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot make a folder beside it: {exc.strerror or exc}") from None
+    if names and redact_hostnames:  # one folder per host, named and claimed by an alias, never the name
+        names = [f"redacted-host-{i:0{len(str(len(names)))}d}" for i in range(1, len(names) + 1)]
     try:
         recorders = [
-            RecordingTransport(t, tmp / name if names else tmp, redact_hostnames=redact_hostnames)
+            RecordingTransport(
+                t, tmp / name if names else tmp, redact_hostnames=(name or True) if redact_hostnames else False
+            )
             for t, name in zip(inner, names or [""], strict=False)
         ]
         report = runner.run_profile(prof, recorders, version=__version__, jobs=jobs, command_timeout=command_timeout)

@@ -471,7 +471,7 @@ class RecordingTransport:
 
     kind = "recording"
 
-    def __init__(self, inner: Transport, out: Path, *, redact_hostnames: bool = False) -> None:
+    def __init__(self, inner: Transport, out: Path, *, redact_hostnames: bool | str = False) -> None:
         self.inner = inner
         self.out = out
         self.host = inner.host
@@ -480,7 +480,7 @@ class RecordingTransport:
         self._names: list[str] = []
         if redact_hostnames:
             self._names = sorted({inner.host, inner.host.split(".")[0]}, key=len, reverse=True)
-            self.host = "redacted-host"
+            self.host = redact_hostnames if isinstance(redact_hostnames, str) else "redacted-host"
         out.mkdir(parents=True, exist_ok=True)
 
     def _clean(self, text: str) -> str:
