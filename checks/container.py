@@ -181,9 +181,17 @@ def parse_enroot_conf(text: str) -> list[tuple[str, str, int]]:
 
 
 def enroot_causes(
-    confs: Sequence[tuple[str, str]], hooks: list[str] | None, hooks_dir: str, environment: dict[str, str], gap: Gap
+    confs: Sequence[tuple[str, str]],
+    hooks: list[str] | None,
+    hooks_dir: str,
+    environment: dict[str, str],
+    gap: Gap,
+    unlisted: str = "",
 ) -> list[str]:
-    """Why an Enroot container lacks the host's RDMA devices (domain-facts §E.2): RESTRICT_DEV, hooks, MELLANOX_*."""
+    """Why an Enroot container lacks the host's RDMA devices (domain-facts §E.2): RESTRICT_DEV, hooks, MELLANOX_*.
+
+    `hooks` None: hooks.d is absent, or with `unlisted` (ls's error) could not be listed, which
+    says nothing about 99-mellanox.sh."""
     settings: dict[str, tuple[str, str]] = {}  # key -> (value, file:line); later files win, as enroot reads them
     for path, text in confs:
         for key, value, line in parse_enroot_conf(text):
@@ -198,7 +206,11 @@ def enroot_causes(
         for key in restrict:
             value, where = settings[key]
             causes.append(f"{where}: `{key} {value}` replaces /dev with a minimal tmpfs without /dev/infiniband")
-        if restrict and not has_hook:
+        if restrict and not has_hook and unlisted:
+            causes.append(
+                f"{hooks_dir} could not be listed ({unlisted}): whether 99-mellanox.sh binds the HCAs back is unknown"
+            )
+        elif restrict and not has_hook:
             causes.append(f"{hooks_dir} has no 99-mellanox.sh to bind the HCAs back")
         elif restrict and visible in ("", "void", "none"):
             causes.append(
@@ -215,6 +227,15 @@ def enroot_causes(
                 f"in {hooks_dir} or mounts.d that hides it"
             )
     return causes
+
+
+def _absent(stderr: str) -> bool:
+    """ls's words for a path that does not exist (GNU: "No such file or directory")."""
+    return "No such file" in stderr or "not found" in stderr
+
+
+def _first(text: str) -> str:
+    return next((x.strip() for x in text.splitlines() if x.strip()), "")[:200]
 
 
 # -- the checks ----------------------------------------------------------------------------
@@ -385,6 +406,8 @@ def enroot_rdma(
         if text is not None:
             confs.append((main, text))
         listing = host.run("ls", "-1", f"{conf_dir.rstrip('/')}/enroot.conf.d")
+        if not listing.ok and not _absent(listing.stderr):  # a later file there could undo RESTRICT_DEV
+            extra.append(f"{conf_dir.rstrip('/')}/enroot.conf.d: could not be listed: {_first(listing.stderr)}")
         for name in sorted(listing.stdout.split()) if listing.ok else []:
             if name.endswith(".conf"):
                 path = f"{conf_dir.rstrip('/')}/enroot.conf.d/{name}"
@@ -393,12 +416,14 @@ def enroot_rdma(
                     confs.append((path, more))
         answer = host.run("ls", "-1", hooks_dir)
         hooks = answer.stdout.split() if answer.ok else None
-        extra.append(f"{hooks_dir}: " + (" ".join(hooks) if hooks is not None else "absent"))
+        unlisted = "" if answer.ok or _absent(answer.stderr) else _first(answer.stderr) or f"exit {answer.exit_code}"
+        shown = " ".join(hooks) if hooks is not None else f"could not be listed: {unlisted}" if unlisted else "absent"
+        extra.append(f"{hooks_dir}: {shown}")
         for path, body in confs:
             for key, value, line in parse_enroot_conf(body):
                 if key in ("ENROOT_RESTRICT_DEV", "ENROOT_UNSHARE_IPC"):
                     extra.append(f"{path}:{line}: {key} {value}")
-        return enroot_causes(confs, hooks, hooks_dir, dict(probe.environment), gap), extra
+        return enroot_causes(confs, hooks, hooks_dir, dict(probe.environment), gap, unlisted), extra
 
     return judge(
         host,

@@ -112,6 +112,18 @@ def test_enroot_causes() -> None:
     ]
 
 
+def test_a_hooks_folder_that_cannot_be_listed_is_not_one_without_the_hook() -> None:
+    restrict = [("/etc/enroot/enroot.conf", "ENROOT_RESTRICT_DEV y\n")]
+    causes = enroot_causes(
+        restrict, None, "/etc/enroot/hooks.d", {}, DEVICES, "ls: cannot open directory: Permission denied"
+    )
+    assert causes[1] == (
+        "/etc/enroot/hooks.d could not be listed (ls: cannot open directory: Permission denied): whether "
+        "99-mellanox.sh binds the HCAs back is unknown"
+    )
+    assert "has no 99-mellanox.sh" in enroot_causes(restrict, None, "/etc/enroot/hooks.d", {}, DEVICES)[1]
+
+
 def test_short_device_lists() -> None:
     devices = ["/dev/infiniband/rdma_cm", *(f"/dev/infiniband/uverbs{i}" for i in (10, 2, 0, 1, 3))]
     assert short(devices) == "rdma_cm, uverbs0..uverbs10"

@@ -57,6 +57,7 @@ def images() -> dict[str, rootfs.Image]:
         "site": rootfs.cached_image("site", verbs=True, verbs_prefix="/opt/rdma-core/lib", cuda="pip13"),
         "no-ls": rootfs.cached_image("no-ls", verbs=True, drop=["usr/bin/ls"]),
         "no-shell": rootfs.cached_image("no-shell", verbs=True, drop=["usr/bin/sh", "usr/bin/dash"]),
+        "no-tools": rootfs.cached_image("no-tools", verbs=True, drop=["usr/bin/grep", "usr/bin/cat", "usr/bin/ls"]),
     }
 
 
@@ -181,6 +182,19 @@ def test_a_rootfs_without_ls_or_without_a_shell(node: rootfs.StandinNode, tmp_pa
     stack = checks["stack.nccl"]
     assert stack["status"] == "error"
     assert "the image has no /bin/sh (bwrap: execvp sh: No such file or directory)" in stack["summary"]
+
+
+def test_nccl_settings_inside_an_image_without_grep_or_cat(
+    images: dict[str, rootfs.Image], node: rootfs.StandinNode, tmp_path: Path
+) -> None:
+    """An image that lacks grep and cat still shows its NCCL settings: an empty answer is not health."""
+    tools = images["no-tools"].root
+    assert not (tools / "usr/bin/grep").exists() and not (tools / "usr/bin/cat").exists()
+    command = ["bwrap", "--setenv", "NCCL_IB_DISABLE", "1", *bwrap("no-tools", FULL_DEV)[1:]]
+    checks = run_in_node(node, tmp_path, {"rdma.nccl_env": {"image_command": command, "conf": "/srv/etc/none.conf"}})
+    check = checks["rdma.nccl_env"]
+    assert check["status"] == "fail", check
+    assert "in the image: NCCL_IB_DISABLE=1 (image environment)" in check["summary"], check["summary"]
 
 
 # -- bad input: an image that is a folder or a truncated squashfs, a runtime that hangs --------
