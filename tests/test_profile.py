@@ -92,7 +92,8 @@ def test_prolog_sets_per_check_timeouts() -> None:
 
 
 def test_missing_profile_names_the_bundled_ones(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match=r"profile 'nope' not found: .*\(base, gpu-node, h100-ib, prolog-cpu, prolog\)"):
+    bundled = r"\(base, gpu-node, h100-ib, prolog-cpu, prolog\)"
+    with pytest.raises(UsageError, match=r"profile 'nope' not found: .*" + bundled):
         profile.load("nope")
     with pytest.raises(UsageError, match="not found"):
         profile.load(str(tmp_path / "missing.yaml"))
@@ -570,6 +571,17 @@ def test_untrusted_profile_extends_the_bundled_one_not_a_same_named_file_beside_
 @pytest.mark.parametrize("name", BUNDLED)
 def test_bundled_profiles_load_untrusted(name: str) -> None:
     assert profile.load(name, allow_code=False).checks == profile.load(name).checks
+
+
+@pytest.mark.parametrize("ref", ["/etc/passwd", "/etc/hostname", "/proc/self/environ"])
+def test_untrusted_profile_must_be_a_yaml_file(ref: str) -> None:
+    """A fixture naming a system file as its profile gets no part of it parsed into a message."""
+    with pytest.raises(UsageError) as info:
+        profile.load(ref, allow_code=False)
+    assert str(info.value) == (
+        f"the replayed fixture names {ref!r} as its profile, neither a .yaml file nor a bundled profile; "
+        "choose the profile yourself with --profile PROFILE (or pass --trust-fixture-code)"
+    )
 
 
 def test_untrusted_profile_still_takes_the_users_checks_folders(write: Any, tmp_path: Path) -> None:

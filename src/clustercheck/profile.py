@@ -138,9 +138,16 @@ def load(ref: str, *, extra_check_dirs: tuple[Path, ...] = (), allow_code: bool 
     allow_code=False is for a profile that came with a fixture (data people send each other):
     outside the bundled profiles it may neither name `check_dirs:` (Python that would be
     imported, as root in a prolog) nor `extends:` anything but a bundled profile's name.
-    `extra_check_dirs` (--checks) are the user's own choice and always load.
+    `extra_check_dirs` (--checks) are the user's own choice and always load. The profile itself
+    must then be a .yaml/.yml file or a bundled profile's name: a fixture naming `/etc/shadow`
+    as its profile must not get this machine's files parsed into error messages.
     """
     path = resolve(ref)
+    if not allow_code and not (_is_bundled(path) or path.suffix in (".yaml", ".yml")):
+        raise UsageError(
+            f"the replayed fixture names {ref!r} as its profile, neither a .yaml file nor a bundled profile; "
+            f"choose the profile yourself with --profile PROFILE (or pass {TRUST_FLAG})"
+        )
     problems: list[str] = []
     chain = _Chain(allow_code=allow_code)
     raw_checks, name, description = _load_chain(path, problems, chain, seen=())
