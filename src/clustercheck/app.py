@@ -256,6 +256,8 @@ def record(
 
 def _check_record_out(out: Path, force: bool) -> None:
     """Refuse an --out that is a link, or that holds anything, unless --force (checked again at the end)."""
+    if out.name in ("", ".", ".."):  # `.`, `/`, `a/..`: renaming into place would replace a folder in use
+        raise UsageError(f"--out {out}: name the fixture's own folder, e.g. --out fixtures/gpu017")
     if out.is_symlink():
         raise UsageError(f"--out {out}: a symbolic link; give the folder's own path (a link is never followed)")
     if not out.exists():

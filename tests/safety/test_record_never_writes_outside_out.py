@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 import yaml
 from tests.helpers import cli
 
@@ -82,3 +83,13 @@ def test_out_that_is_a_link_is_refused(tmp_path: Path) -> None:
         assert f"--out {link}: a symbolic link" in proc.stderr
     assert list(target.iterdir()) == []
     assert os.readlink(link) == str(target)
+
+
+@pytest.mark.parametrize("out", [".", "..", "/", "sub/.."])
+def test_out_that_names_no_folder_of_its_own_is_refused(tmp_path: Path, out: str) -> None:
+    (tmp_path / "sub").mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    proc = cli("record", "--profile", "base", "--local", "--out", out, "--force", cwd=tmp_path)
+    assert proc.returncode == 64
+    assert f"--out {out}: name the fixture's own folder" in proc.stderr
+    assert sorted(tmp_path.rglob("*")) == before
