@@ -264,7 +264,7 @@ def _check_record_out(out: Path, force: bool) -> None:
         return
     if out.is_dir():
         try:
-            empty = not any(os.scandir(out))
+            empty = _empty(out)
         except OSError as exc:
             raise UsageError(f"--out {out}: cannot be read: {exc.strerror or exc}") from None
         if empty:
@@ -272,6 +272,11 @@ def _check_record_out(out: Path, force: bool) -> None:
     if not force:
         kind = "folder is not empty (an older recording?)" if out.is_dir() else "exists and is not a folder"
         raise UsageError(f"--out {out}: the {kind}; record into a new folder, or pass --force to replace it whole")
+
+
+def _empty(folder: Path) -> bool:
+    with os.scandir(folder) as entries:
+        return not any(entries)
 
 
 def _put_in_place(tmp: Path, out: Path, force: bool) -> None:
@@ -282,7 +287,7 @@ def _put_in_place(tmp: Path, out: Path, force: bool) -> None:
     _check_record_out(out, force)
     old: Path | None = None
     try:
-        if out.is_dir() and not any(os.scandir(out)):
+        if out.is_dir() and _empty(out):
             out.rmdir()
         elif out.exists():  # --force (checked above)
             old = out.with_name(f".{out.name}.replaced.{secrets.token_hex(4)}")
