@@ -233,7 +233,7 @@ def _runtime_argv(image: str, runtime: str) -> tuple[str, ...]:
 IMAGE_FILE_SCRIPT = (
     'f=$1; if [ -d "$f" ]; then echo folder; elif [ ! -e "$f" ]; then echo absent; '
     'elif [ ! -r "$f" ]; then echo unreadable; else echo file; wc -c < "$f"; '
-    'od -An -tx1 -N4 "$f"; od -An -tu8 -j40 -N8 "$f"; fi'
+    'od -An -tx1 -N4 "$f"; od -An -tu8 -j40 -N8 "$f" 2>/dev/null; fi; true'
 )
 
 
@@ -250,7 +250,7 @@ def image_trouble(host: Host, image: str) -> str:
     except HostError:  # a replayed fixture without this look, a deadline: the runtime's words stand alone
         return ""
     words = answer.stdout.split()
-    if not answer.ok or not words:
+    if answer.timed_out or not words:
         return ""
     if words[0] == "folder":
         return (

@@ -206,3 +206,71 @@ def test_enroot_images_use_enroot_start(tmp_path: Path) -> None:
     (enroot / "command.yaml").write_text(yaml.safe_dump(meta))
     result = run(folder, "stack.nccl", image=sqsh)
     assert result.status.value == "ok" and result.summary.startswith("NCCL 2.21.5")
+
+
+# -- pip wheels, missing tools, and images that cannot start (the real ones: test_container_real.py) --
+
+
+def test_pip_wheels_give_the_versions_their_library_names_lack() -> None:
+    # the file names of nvidia-cuda-runtime 13.5.37 and nvidia-nccl-cu12 2.32.3 as pip installs them
+    site = "/usr/local/lib/python3.11/dist-packages"
+    text = (
+        f"### version.json\n### env\nPATH=/usr/bin\n### libraries\n{site}/nvidia/nccl/lib/libnccl.so.2\n"
+        f"{site}/nvidia/cu13/lib/libcudart.so.13\n### pip\n{site}/nvidia_cuda_runtime-13.5.37.dist-info\n"
+        f"{site}/nvidia_nccl_cu12-2.32.3.dist-info\n### nccl-version\n"
+    )
+    facts = parse_image_probe(text, "img")
+    cuda = facts.cuda()
+    assert cuda is not None and str(cuda[0]) == "13.5" and cuda[1].endswith("nvidia_cuda_runtime-13.5.37.dist-info")
+    assert facts.nccl() == ("2.32.3", f"{site}/nvidia_nccl_cu12-2.32.3.dist-info")
+    cu12 = parse_image_probe(text.replace("nvidia_cuda_runtime-13.5.37", "nvidia_cuda_runtime_cu12-12.9.79"), "i")
+    assert str(cu12.cuda()[0]) == "12.9"  # type: ignore[index]
+
+
+def test_an_image_without_grep_cannot_tell_its_nccl(tmp_path: Path) -> None:
+    folder = node(tmp_path)
+    lib = "/usr/local/lib/python3.11/dist-packages/nvidia/nccl/lib/libnccl.so.2"
+    out = f"### version.json\n### env\nPATH=/usr/bin\n### libraries\n{lib}\n### pip\n"
+    out += "### nccl-version\n### missing\ngrep\n"
+    replace_image_command(folder, 0, out, "")
+    result = run(folder, "stack.nccl", image=IMAGE)
+    assert result.status.value == "error"
+    assert result.summary == (
+        f"{IMAGE} has {lib} but no grep to read its version banner, and no libnccl.so.2.X.Y name, NCCL_VERSION "
+        "or nvidia-nccl wheel tells it: give `nccl_version:`"
+    )
+
+
+def test_what_is_wrong_with_an_image_file(tmp_path: Path) -> None:
+    from clustercheck.checks.stack import image_trouble
+
+    from clustercheck.host import Host
+    from clustercheck.transports.local import LocalTransport
+
+    host = Host(LocalTransport("local"))
+    (tmp_path / "unpacked").mkdir()
+    (tmp_path / "empty.sqsh").write_bytes(b"")
+    # a squashfs superblock: magic hsqs, bytes_used (offset 40) larger than the file
+    head = bytearray(96)
+    head[0:4] = b"hsqs"
+    head[40:48] = (1 << 20).to_bytes(8, "little")
+    (tmp_path / "cut.sqsh").write_bytes(bytes(head))
+    (tmp_path / "tiny.sqsh").write_bytes(b"hsqs\x00\x00")
+    assert image_trouble(host, str(tmp_path / "unpacked")).startswith(f"{tmp_path}/unpacked is a folder")
+    assert image_trouble(host, str(tmp_path / "nope.sif")) == f"{tmp_path}/nope.sif does not exist on the node"
+    assert image_trouble(host, str(tmp_path / "empty.sqsh")) == f"{tmp_path}/empty.sqsh is empty (0 bytes)"
+    assert image_trouble(host, str(tmp_path / "cut.sqsh")) == (
+        f"{tmp_path}/cut.sqsh is truncated: its squashfs superblock says 1048576 bytes, the file has 96"
+    )
+    assert "shorter than a squashfs superblock" in image_trouble(host, str(tmp_path / "tiny.sqsh"))
+    assert image_trouble(host, "docker://nvcr.io/nvidia/pytorch:24.05-py3") == ""
+
+
+def test_a_rootfs_that_is_not_a_folder(tmp_path: Path) -> None:
+    (tmp_path / "image.sqsh").write_bytes(b"hsqs")
+    checks = local_run(tmp_path, f"  stack.nccl: {{rootfs: {tmp_path / 'image.sqsh'}}}\n")
+    assert checks["stack.nccl"]["status"] == "error"
+    assert checks["stack.nccl"]["summary"] == (
+        f"rootfs {tmp_path / 'image.sqsh'} is a file, not a folder on the node: "
+        "`rootfs:` names an unpacked image folder"
+    )
