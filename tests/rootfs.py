@@ -52,7 +52,7 @@ PRUNE = ("usr/share/doc", "usr/share/man", "usr/share/locale", "usr/share/info",
 def unavailable(why: str) -> None:
     """Skip with the reason, or fail under CI, which must run these tests."""
     if IN_CI:
-        pytest.fail(f"{why} (CI=true: the real-container tests must run; see README 'Development')")
+        pytest.fail(f"{why} (CI=true: the real-container tests must run; README, 'What ran in a real container')")
     pytest.skip(why)
 
 
@@ -126,6 +126,14 @@ def _ensure_tool(tool: str, package: str) -> None:
         unavailable(f"{tool} is still missing after apt-get install {package}")
 
 
+def need_tools() -> None:
+    """The runtime and builders these tests drive: installed from Debian's packages when missing (root)."""
+    _ensure_tool("unshare", "util-linux")
+    _ensure_tool("bwrap", "bubblewrap")
+    _ensure_tool("debootstrap", "debootstrap")
+    _ensure_tool("mksquashfs", "squashfs-tools")
+
+
 def base_rootfs() -> Path:
     """Debian bookworm minbase, cached."""
     done = CACHE / "rootfs" / f"{SUITE}-minbase"
@@ -139,7 +147,10 @@ def base_rootfs() -> Path:
         partial = done.with_name(done.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.parent.mkdir(parents=True, exist_ok=True)
-        _run(["debootstrap", "--variant=minbase", SUITE, str(partial), _mirror()], "debootstrap --variant=minbase")
+        _run(
+            ["debootstrap", "--variant=minbase", SUITE, str(partial), _mirror()],
+            f"the rootfs cache ({done}) is cold, and debootstrap --variant=minbase {SUITE}",
+        )
         for rel in PRUNE:
             shutil.rmtree(partial / rel, ignore_errors=True)
             (partial / rel).mkdir(parents=True, exist_ok=True)
@@ -242,8 +253,6 @@ def image(
     dest.parent.mkdir(parents=True, exist_ok=True)
     _run(["cp", "-a", str(base), str(dest)], "copying the base rootfs")
     (dest / ".clustercheck-complete").unlink()
-    if shutil.which("bwrap") is None:
-        _ensure_tool("bwrap", "bubblewrap")
     img = Image(dest, [f"Debian {SUITE} from debootstrap --variant=minbase"])
     if verbs:
         packages = debs(VERBS_DEBS)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -34,6 +33,9 @@ from clustercheck import profile as profiles
 from clustercheck.host import Host
 from clustercheck.transports.local import LocalTransport
 
+# a cold cache builds the rootfs and images in the first test's setup (about 100 s here)
+pytestmark = pytest.mark.timeout(900)
+
 SYS = ["--ro-bind", "/sys", "/sys", "--proc", "/proc"]
 FULL_DEV = ["--dev-bind", "/dev", "/dev"]
 MINIMAL_DEV = ["--dev", "/dev"]
@@ -49,8 +51,7 @@ def bwrap(image: str, dev: list[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def images() -> dict[str, rootfs.Image]:
-    if not shutil.which("bwrap"):
-        rootfs.unavailable("bwrap (Debian's bubblewrap) is not installed")
+    rootfs.need_tools()
     return {
         "verbs": rootfs.cached_image("verbs", verbs=True, cuda="ngc12"),
         "bare": rootfs.cached_image("bare", cuda="pip12"),
