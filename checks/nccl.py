@@ -5,7 +5,9 @@ Reads: for `nccl.log`, the newest files matching the profile's globs (`ls -1td` 
 then per file one `sh -c` script of `grep -n -a` passes that sends back only the NCCL lines
 that decide the verdict (network selection, device lists, WARN lines, versions), network
 channel lines without GPUDirect RDMA, shared-memory channel lines, the first 2000 channel lines
-and `grep -c` counts: a multi-GB job log never crosses the network whole. Runs: for
+and `grep -c` counts, each line cut at MAX_LINE (4 KiB) bytes by `cut` and marked by `awk`
+(a cut line makes the check an error naming FILE:LINE, unless the rest already shows a
+failure): a multi-GB job log, or a 200 MB line, never crosses the network whole. Runs: for
 `nccl.busbw`, `nvidia-smi -L` (to count GPUs, unless the profile says) and `all_reduce_perf`
 (from nccl-tests) when it is installed; this one loads the GPUs for a few seconds, so keep
 it out of prolog profiles. Nothing here writes.
@@ -20,16 +22,26 @@ import shlex
 from typing import Any
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
+from clustercheck.errors import HostError
 
 # What `nccl.log` sends back of a file, section by section (see the module docstring).
 _SECTIONS = ("rare", "nogdr", "shm", "channels", "counts")
 _COUNTED = ("via NET/", "/GDRDMA", "via P2P/", "via SHM")
 _LIST_SCRIPT = 'n=$1; shift; ls -1td -- $@ 2>/dev/null | head -n "$n"'
-_GREP_SCRIPT = """f=$1
-echo '@@ rare'; grep -n -a -E -e "$2" -- "$f" | head -n 20000
-echo '@@ nogdr'; grep -n -a -F -e 'via NET/' -- "$f" | grep -v -F -e '/GDRDMA' | head -n 2000
-echo '@@ shm'; grep -n -a -F -e ' via SHM' -- "$f" | head -n 2000
-echo '@@ channels'; grep -n -a -E -e ' via (NET|P2P|SHM)/' -- "$f" | head -n 2000
+#: The longest part of a log line that crosses the network (the analyzer's MAX_KEPT): `cut`
+#: streams (a 200 MB line never sits whole in any process but grep), and awk marks a line it cut
+#: with CUT_MARK so the check can name it. Before, one 200 MB line came back whole in several
+#: sections and the check held 1.5 GB.
+MAX_LINE = 4096
+CUT_MARK = "\t@@cut"
+_CAP = (
+    f"cut -b 1-{MAX_LINE + 1} | awk -v n={MAX_LINE} 'length($0) > n {{ print substr($0, 1, n) \"\\t@@cut\"; next }} 1'"
+)
+_GREP_SCRIPT = f"""f=$1; export LC_ALL=C
+echo '@@ rare'; grep -n -a -E -e "$2" -- "$f" | head -n 20000 | {_CAP}
+echo '@@ nogdr'; grep -n -a -F -e 'via NET/' -- "$f" | grep -v -F -e '/GDRDMA' | head -n 2000 | {_CAP}
+echo '@@ shm'; grep -n -a -F -e ' via SHM' -- "$f" | head -n 2000 | {_CAP}
+echo '@@ channels'; grep -n -a -E -e ' via (NET|P2P|SHM)/' -- "$f" | head -n 2000 | {_CAP}
 echo '@@ counts'
 for p in 'via NET/' '/GDRDMA' 'via P2P/' 'via SHM'; do printf '%s\\t' "$p"; grep -c -a -F -e "$p" -- "$f"; done
 exit 0"""
@@ -47,27 +59,41 @@ def parse_sections(text: str) -> dict[str, list[str]]:
     return sections
 
 
-def numbered(lines: list[str]) -> list[tuple[int, str]]:
-    """`grep -n` lines ('12:text') -> [(12, 'text')]; anything else is skipped."""
+def numbered(lines: list[str], cut: list[int] | None = None) -> list[tuple[int, str]]:
+    """`grep -n` lines ('12:text') -> [(12, 'text')]; anything else is skipped.
+
+    A line the script cut (CUT_MARK) keeps its first MAX_LINE bytes; its number goes to `cut`.
+    """
     out = []
     for line in lines:
         number, sep, text = line.partition(":")
         if sep and number.isdigit():
-            out.append((int(number), text))
+            if text.endswith(CUT_MARK):
+                text = text[: -len(CUT_MARK)]
+                if cut is not None:
+                    cut.append(int(number))
+            out.append((int(number), text[: MAX_LINE + 64]))  # a node that ignored the cap
     return out
 
 
-def analyze_grep_output(text: str, path: str, *, expect: str = "", expect_gdr: bool = False) -> Any:
-    """One file's grep script output -> the analyzer's LogReport (None when it has no NCCL lines)."""
+def analyze_grep_output(
+    text: str, path: str, *, expect: str = "", expect_gdr: bool = False, cut: list[int] | None = None
+) -> Any:
+    """One file's grep script output -> the analyzer's LogReport (None when it has no NCCL lines).
+
+    The numbers of lines the script cut at MAX_LINE go to `cut` (sorted, once each).
+    """
     from clustercheck.analyzers.nccl_log import Scanner
 
     sections = parse_sections(text)
     scanner = Scanner()
     seen: set[int] = set()
-    scanner.feed_lines(numbered(sections["rare"]), path)
-    seen.update(n for n, _ in numbered(sections["rare"]))
+    cut_lines: list[int] = []
+    rare = numbered(sections["rare"], cut_lines)
+    scanner.feed_lines(rare, path)
+    seen.update(n for n, _ in rare)
     for name in ("nogdr", "shm", "channels"):
-        fresh = [(n, t) for n, t in numbered(sections[name]) if n not in seen]
+        fresh = [(n, t) for n, t in numbered(sections[name], cut_lines) if n not in seen]
         seen.update(n for n, _ in fresh)
         scanner.feed_lines(fresh, path, count_channels=False)
     counts: dict[str, int] = {}
@@ -81,10 +107,18 @@ def analyze_grep_output(text: str, path: str, *, expect: str = "", expect_gdr: b
         p2p=counts.get("via P2P/", 0),
         shm=counts.get("via SHM", 0),
     )
+    if cut is not None:
+        cut[:] = sorted(set(cut_lines))
     report = scanner.report(expect=expect or None, expect_gdr=expect_gdr)
     if not report.nccl_lines and not report.net_channels and not report.intra_node:
         return None
     return report
+
+
+def _short(result: Any) -> str:
+    """A failed command in one line, without the long script it ran."""
+    detail = (result.stderr or "").strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
+    return f"{result.argv[0]} exited {result.exit_code}: {detail[0][:200]}" if not result.timed_out else "timed out"
 
 
 def _headline(report: Any) -> str:
@@ -96,7 +130,7 @@ def _headline(report: Any) -> str:
     return str(same[0])
 
 
-@check(needs=["command sh", "command ls", "command grep"], timeout=60)
+@check(needs=["command sh", "command ls", "command grep", "command cut", "command awk"], timeout=60)
 def log(
     host: Host,
     *,
@@ -135,23 +169,42 @@ def log(
 
     judged: list[tuple[str, Any]] = []
     silent: list[str] = []
+    cuts: dict[str, list[int]] = {}
     for path in files:
         result = host.run("sh", "-c", _GREP_SCRIPT, "sh", path, GREP_PATTERN)
         if result.exit_code == 127:
-            raise RuntimeError(f"grep is not installed on the node: {result.describe()}")
+            raise HostError(host.name, f"cannot tell: grep, cut or awk is not installed on the node: {_short(result)}")
         if result.timed_out:
-            raise RuntimeError(f"reading {path} did not finish in time: {result.describe()}")
-        report = analyze_grep_output(result.stdout, path, expect=expect, expect_gdr=expect_gdr)
+            raise HostError(host.name, f"cannot tell: reading {path} did not finish in time: {_short(result)}")
+        cut: list[int] = []
+        report = analyze_grep_output(result.stdout, path, expect=expect, expect_gdr=expect_gdr, cut=cut)
+        if cut:
+            cuts[path] = cut
         if report is None:
             silent.append(path)
         else:
             judged.append((path, report))
+    cut_note = [
+        f"{path}: line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines[:5]))}"
+        f"{' ...' if len(lines) > 5 else ''} longer than {MAX_LINE} bytes, read only that far"
+        for path, lines in cuts.items()
+    ]
+    if cuts and not any(r.status.value == "fail" for _, r in judged):
+        # a cut line may hide what decides the verdict (a WARN, the network): cannot tell
+        first, numbers = next(iter(cuts.items()))
+        raise HostError(
+            host.name,
+            f"cannot tell: {first}:{numbers[0]} is an NCCL line longer than {MAX_LINE} bytes, read only that far"
+            + (f" ({sum(map(len, cuts.values()))} such lines)" if sum(map(len, cuts.values())) > 1 else "")
+            + "; a log this damaged (lines spliced by ranks writing at once, or binary data) needs "
+            "`clustercheck nccl-log` on a copy",
+        )
     if not judged:
         return skip(
             f"{len(silent)} recent job log{'s' if len(silent) > 1 else ''} without NCCL lines "
             "(jobs need NCCL_DEBUG=INFO for this check)"
         )
-    evidence = []
+    evidence = list(cut_note)  # a failure stands even with cut lines; they are named here
     data: dict[str, Any] = {"files": {}}
     for path, report in judged:
         j = report.to_json()
