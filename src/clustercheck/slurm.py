@@ -2,8 +2,10 @@
 
 `clustercheck prolog` runs in slurmd's Prolog on every job start (domain-facts §D.1):
 
-- a hard time budget (`--budget`, default 10 s): checks not done by then are `error`, and a
-  watchdog ends the process at the budget whatever is stuck;
+- a hard time budget (`--budget`, default 10 s): checks not done by then are `error`; the
+  checks run in a forked child (`run_bounded`), killed with everything it started at the
+  budget whatever it is stuck in (code holding the interpreter lock included), and the
+  `--on-internal-error` verdict is written;
 - it reads the prolog environment (§D.2): `SLURMD_NODENAME`, `SLURM_JOB_ID`, the job's GPUs
   (`SLURM_JOB_GPUS`, `CUDA_VISIBLE_DEVICES` - host-relative indices in the prolog) - and
   gives it to checks as `current_job()`;
@@ -11,10 +13,10 @@
   "should not call Slurm commands"): a check that tries gets an `error`, the command is not run;
 - it exits non-zero only when a check *failed*: the node must not run the job, and Slurm then
   drains it ("Prolog error") and requeues the job. warn, skip and error ("could not tell")
-  let the job run and are logged. When clustercheck itself cannot judge the node (a bug, a
-  broken profile, the budget spent before the checks even started), `--on-internal-error`
-  decides: `pass` (the default: a bug in clustercheck must not drain the whole cluster) or
-  `fail`;
+  let the job run and are logged. When clustercheck itself cannot judge the node (a mistake on
+  its command line, a bug, a broken profile, the budget), `--on-internal-error` decides: `pass`
+  (the default: a bug in clustercheck must not drain the whole cluster) or `fail`; a closed or
+  broken stdout or an unwritable state file is said loudly and changes no verdict;
 - the verdict goes to syslog and to a JSON state file, where admins and `clustercheck health`
   read why.
 
@@ -22,12 +24,15 @@
 (§D.3): it acts itself, with `scontrol update` (§D.4), following LBNL NHC's owned-reason rule
 and Nebius soperator's "only resume what you drained":
 
-- a failed check drains the node with `Reason="clustercheck: <check>: <summary>"`;
-- a node drained (or downed) with any other reason is never touched;
-- a node drained with its own prefix is resumed once every check passes (ok, warn or skip;
-  an `error` keeps the drain: it could not tell);
+- a failed check drains the node with `Reason="clustercheck: <check>: <summary>"`, and the
+  reason is kept in a health record file;
+- a node drained (or downed) with any other reason is never touched: the prefix alone proves
+  nothing, only a reason health recorded setting on that node, at the time scontrol shows;
+- a node drained with a recorded reason is resumed once every check passes (ok, warn or skip;
+  an `error` keeps the drain: it could not tell; so does a skip because the hardware vanished);
 - Slurm's bare `Prolog error` drain is refined into the prolog's own reason when the prolog's
-  state file says clustercheck failed the node; from then on it is clustercheck's drain;
+  state file shows clustercheck failed this node for the job the drain followed (a job id, a
+  verdict time just before the drain's); from then on it is clustercheck's drain;
 - a node with a reboot pending is left alone (resuming it would cancel the reboot, as NHC's
   node-mark-online notes).
 
