@@ -180,14 +180,24 @@ def memory(host: Host, *, min_total: Size, min_available: Size = NO_SIZE) -> Res
 # -- CPUs ---------------------------------------------------------------------------------
 
 
+MAX_CPUS = 1 << 16  # above any kernel's NR_CPUS (8192 with MAXSMP): a list past it is not a real node's
+
+
 def parse_cpu_list(text: str) -> set[int]:
-    """Kernel CPU list format ('0-3,8,10-11') -> {0, 1, 2, 3, 8, 10, 11}."""
+    """Kernel CPU list format ('0-3,8,10-11') -> {0, 1, 2, 3, 8, 10, 11}.
+
+    ValueError for anything else, and for CPU numbers of MAX_CPUS or more (a hostile
+    `0-999999999999` would otherwise fill the memory before any time budget could stop it).
+    """
     cpus: set[int] = set()
     for part in text.strip().split(","):
         if not part:
             continue
         lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
+        first, last = int(lo), int(hi or lo)
+        if not 0 <= first <= last < MAX_CPUS:
+            raise ValueError(f"{part.strip()!r} is not a range of CPU numbers below {MAX_CPUS}")
+        cpus.update(range(first, last + 1))
     return cpus
 
 
@@ -220,8 +230,16 @@ def cpu(host: Host, *, expected: int = 0, governor: str = "") -> Result:
     Fix: `echo 1 > /sys/devices/system/cpu/cpuN/online`, check BIOS SMT settings; set the
     governor with `cpupower frequency-set -g performance` (and in the node image).
     """
-    online = parse_cpu_list(host.read("/sys/devices/system/cpu/online"))
-    present = parse_cpu_list(host.read("/sys/devices/system/cpu/present"))
+    lists = {}
+    for name in ("online", "present"):
+        path = f"/sys/devices/system/cpu/{name}"
+        try:
+            lists[name] = parse_cpu_list(host.read(path))
+        except ValueError as exc:
+            raise HostError(host.name, f"cannot tell: {path} is not a CPU list: {str(exc)[:200]}") from None
+    online, present = lists["online"], lists["present"]
+    if not present:  # every Linux node has CPU 0: an empty list is no evidence
+        raise HostError(host.name, "cannot tell: /sys/devices/system/cpu/present lists no CPUs")
     offline = present - online
     data: dict[str, object] = {"online": len(online), "present": len(present), "facts": {"cpus online": len(online)}}
     evidence = [f"online CPUs: {format_cpu_list(online)}", f"present CPUs: {format_cpu_list(present)}"]

@@ -9,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from clustercheck.checks.node import (
     format_cpu_list,
@@ -216,3 +217,26 @@ def test_services_units_through_systemctl(tmp_path: Path) -> None:
 def test_memory_available(tmp_path: Path) -> None:
     check = run_one(variant(tmp_path, {}), "node.memory", {"min_total": "16GiB", "min_available": "1TiB"})
     assert (check["status"], check["summary"]) == ("fail", "23.2 GiB of memory available, expected at least 1 TiB")
+
+
+@pytest.mark.parametrize(
+    ("online", "message"),
+    [
+        ("0-999999999999\n", "'0-999999999999' is not a range of CPU numbers below 65536"),
+        ("0-" + "9" * 5000 + "\n", "/sys/devices/system/cpu/online is not a CPU list: "),
+        ("3-1\n", "'3-1' is not a range of CPU numbers below 65536"),
+        ("zero\n", "/sys/devices/system/cpu/online is not a CPU list: "),
+    ],
+)
+def test_cpu_lists_a_node_could_not_have_are_an_error_not_a_hang(tmp_path: Path, online: str, message: str) -> None:
+    """A hostile fixture or node: `0-999999999999` once meant a set of 10^12 CPUs, filling the memory."""
+    check = run_one(variant(tmp_path, {"files/sys/devices/system/cpu/online": online}), "node.cpu", {})
+    assert check["status"] == "error"
+    assert message in str(check["summary"]) and str(check["summary"]).startswith("cannot tell: ")
+
+
+def test_an_empty_cpu_list_is_no_evidence(tmp_path: Path) -> None:
+    cpu = "files/sys/devices/system/cpu"
+    check = run_one(variant(tmp_path, {f"{cpu}/online": "\n", f"{cpu}/present": "\n"}), "node.cpu", {})
+    assert check["status"] == "error"
+    assert check["summary"] == "cannot tell: /sys/devices/system/cpu/present lists no CPUs"
