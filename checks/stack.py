@@ -280,7 +280,8 @@ def _why_not_started(result_text: str) -> str:
     """The runtime's own words, or what a missing shell looks like."""
     lines = [x.strip() for x in result_text.splitlines() if x.strip()]
     for line in lines:
-        if re.search(r"\bsh\b.*(No such file|not found)|exec.*\bsh\b", line):
+        # bwrap: `execvp sh: No such file or directory`; apptainer: `"sh": executable file not found`
+        if re.search(r"""(?:^|[\s"'])sh["']?: .*(?:No such file|not found)""", line):
             return f"the image has no /bin/sh ({line[:200]})"
     return (lines[-1] if lines else "no output")[:300]
 

@@ -274,3 +274,13 @@ def test_a_rootfs_that_is_not_a_folder(tmp_path: Path) -> None:
         f"rootfs {tmp_path / 'image.sqsh'} is a file, not a folder on the node: "
         "`rootfs:` names an unpacked image folder"
     )
+
+
+def test_a_missing_shell_is_told_from_a_missing_file() -> None:
+    from clustercheck.checks.stack import _why_not_started
+
+    assert _why_not_started("bwrap: execvp sh: No such file or directory\n").startswith("the image has no /bin/sh")
+    fatal = 'FATAL:   "sh": executable file not found in $PATH'
+    assert _why_not_started(fatal) == f"the image has no /bin/sh ({fatal})"
+    missing = "FATAL:   could not open image /shared/sh/train.sif: no such file or directory"
+    assert _why_not_started(missing) == missing
