@@ -187,7 +187,7 @@ def mounts(
 #: ARGS` (one command, so it works over SSH and records like any command). Standard library
 #: only; Python 3.6+ (what older node images carry). It prints one JSON object.
 SCRIPT = r"""
-import json, mmap, os, random, shutil, signal, sys, tempfile, threading, time
+import fcntl, json, mmap, os, random, shutil, signal, sys, tempfile, threading, time
 A = json.loads(sys.argv[1]); T0 = time.monotonic(); BUDGET = float(A["budget_s"])
 OUT = {"mode": A["mode"], "readers": A["readers"]}; STOP = threading.Event(); MB = 1 << 20
 def _sig(n, f):
@@ -217,18 +217,20 @@ def parallel(n, fn):
     for th in ts: th.join()
     if errs: raise RuntimeError(errs[0])
     return time.monotonic() - t
+KEEP = []  # fds of the unlinked data files: the kernel frees their blocks when this process dies
 def write_files(d, n, size, until, sync):
     block = 4 * MB; buf = os.urandom(block); done = [0] * n; per = max(block, size // n // block * block)
+    fds = [None] * n
+    for i in range(n):  # unlinked at once: even a SIGKILL leaves no data behind
+        p = os.path.join(d, "f%03d" % i); fds[i] = os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        KEEP.append(fds[i]); os.unlink(p)
     def w(i):
-        fd = os.open(os.path.join(d, "f%03d" % i), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            while done[i] < per and time.monotonic() < until and not STOP.is_set():
-                done[i] += os.write(fd, buf[: min(block, per - done[i])])
-            if sync: os.fsync(fd)
-        finally:
-            os.close(fd)
+        fd = fds[i]
+        while done[i] < per and time.monotonic() < until and not STOP.is_set():
+            done[i] += os.write(fd, buf[: min(block, per - done[i])])
+        if sync: os.fsync(fd)
     secs = parallel(n, w)
-    return done, secs
+    return done, secs, ["/proc/self/fd/%d" % fd for fd in fds]
 def opener(path, direct):
     return os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
 def pct(xs, p):
@@ -295,8 +297,8 @@ def measure_read(d):
         if not A["o_direct"]: OUT["o_direct_error"] = "not used (o_direct: false in the profile)"
         fracs = (0.45, 0.6, 0.75)
     else:
-        done, secs = write_files(d, n, A["size"], left(0.35), True)
-        files = ["f%03d" % i for i in range(n)]; sizes = done; names = None; fracs = (0.55, 0.65, 0.75)
+        done, secs, files = write_files(d, n, A["size"], left(0.35), True)
+        sizes = done; names = None; fracs = (0.55, 0.65, 0.75)
         OUT["written_bytes"] = sum(done); OUT["write_seconds"] = round(secs, 3)
     if names is None:
         try:
@@ -338,9 +340,39 @@ def measure_read(d):
                    "files_s": round(sum(count) / secs, 1)}
 def measure_write(d):
     n = A["readers"]; t = time.monotonic()
-    done, _ = write_files(d, n, A["size"], left(0.8), True)
+    done, _, _ = write_files(d, n, A["size"], left(0.8), True)
     secs = time.monotonic() - t
     OUT["write"] = {"bytes": sum(done), "seconds": round(secs, 4), "gb_s": round(sum(done) / secs / 1e9, 3)}
+PREFIX = ".clustercheck-storage-"
+def sweep(root):
+    # folders of earlier runs that were killed (SIGKILL: no cleanup ran): ours (same owner), unlocked
+    # (their process is gone: the kernel dropped its flock) and older than a minute
+    gone = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return gone
+    for e in entries:
+        try:
+            if not e.name.startswith(PREFIX) or not e.is_dir(follow_symlinks=False): continue
+            st = e.stat(follow_symlinks=False)
+            if st.st_uid != os.geteuid() or time.time() - st.st_mtime < 60: continue
+            try:
+                fd = os.open(os.path.join(e.path, ".lock"), os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                fd = None
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # a live run holds it
+                finally:
+                    os.close(fd)
+            shutil.rmtree(e.path, ignore_errors=True)
+            if not os.path.lexists(e.path): gone.append(e.path)
+        except OSError:
+            continue
+    return gone
 def main():
     if A.get("dataset"):
         OUT["read_only"] = True
@@ -356,17 +388,26 @@ def main():
         OUT["refused"] = ("writing %d bytes would leave less than %g%% of the filesystem free (%d bytes free of %d)"
                           % (need, A["margin"] * 100, free, total))
         return
+    swept = sweep(A["path"])
+    if swept: OUT["swept"] = swept
     try:
-        d = tempfile.mkdtemp(prefix=".clustercheck-storage-", dir=A["path"])
+        d = tempfile.mkdtemp(prefix=PREFIX, dir=A["path"])
     except OSError as e:
         OUT["refused"] = "cannot create a private folder in %s: %s" % (A["path"], e.strerror or e); return
     OUT["dir"] = d
+    try:  # held until this process ends, however it ends: a later sweep sees it is alive
+        lock = os.open(os.path.join(d, ".lock"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600); KEEP.append(lock)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        OUT["lock_error"] = e.strerror or str(e)
     try:
         (measure_read if A["mode"] == "read" else measure_write)(d)
     except Exception as e:
         OUT["error"] = "%s: %s" % (type(e).__name__, e)
     finally:
-        STOP.set(); shutil.rmtree(d, ignore_errors=True); OUT["removed"] = not os.path.exists(d)
+        STOP.set()
+        for fd in KEEP: os.close(fd)
+        shutil.rmtree(d, ignore_errors=True); OUT["removed"] = not os.path.exists(d)
 try:
     main()
 except Exception as e:
@@ -403,12 +444,14 @@ def measure(host: Host, args: dict[str, Any], python: str) -> dict[str, Any]:
     # the script stops itself at budget_s (and its alarm at budget_s + 5); the margin covers
     # interpreter start and the removal of its folder. A command killed at the check's deadline
     # (SIGKILL) could not remove its folder: refuse a budget the check's time cannot hold.
+    # host.deadline is the earliest of the check's timeout, --host-timeout and the run's --timeout.
     left = host.deadline - time.monotonic() if host.deadline is not None else None
     if left is not None and args["budget_s"] + CLEANUP_S > left:
         raise HostError(
             host.name,
-            f"budget {args['budget_s']:g} s + {CLEANUP_S:g} s to clean up does not fit in the check's "
-            f"{left:.0f} s left: lower `budget` or raise the check's `timeout`",
+            f"not measured: budget {args['budget_s']:g} s + {CLEANUP_S:g} s to clean up does not fit in the "
+            f"{max(0.0, left):.0f} s left to this check (its timeout, --host-timeout or the run's --timeout): "
+            "lower `budget` or raise the check's `timeout` (and the run's --timeout)",
         )
     result = host.run(python, "-c", SCRIPT, json.dumps(args, sort_keys=True), timeout=args["budget_s"] + CLEANUP_S)
     # the observation would quote the whole script: say what it was instead
@@ -446,9 +489,11 @@ def _readers(host: Host, readers: int) -> tuple[int, int | None, str]:
 
 
 def _cleanup_evidence(record: dict[str, Any]) -> str:
+    swept = record.get("swept") or []
+    earlier = f"; removed {len(swept)} left by a killed earlier run ({', '.join(swept[:3])})" if swept else ""
     if record.get("removed"):
-        return f"scratch folder {record.get('dir')} created and removed"
-    return f"scratch folder {record.get('dir')} could NOT be removed: remove it by hand"
+        return f"scratch folder {record.get('dir')} created and removed{earlier}"
+    return f"scratch folder {record.get('dir')} could NOT be removed: remove it by hand{earlier}"
 
 
 def threshold(absolute: float, per_gpu: float, gpus: int | None, unit: str) -> tuple[float, str]:

@@ -31,19 +31,25 @@ def run_checks(
     debug: bool = False,
     done: list[CheckResult] | None = None,
     host_timeout: float | None = None,
+    run_deadline: float | None = None,
 ) -> list[CheckResult]:
     """Run checks on one host in order; results are appended to `done` as they finish.
 
     `host_timeout` bounds all of the host's checks together (a per-host deadline), on top
-    of each check's own budget.
+    of each check's own budget; `run_deadline` (monotonic, the run's --timeout) bounds them
+    too, so a check sees in `host.deadline` what is left of the run (storage checks refuse a
+    budget that would outlive it: a command killed at the run's end cannot clean up).
     """
     results = [] if done is None else done
     host_deadline = None if host_timeout is None else time.monotonic() + host_timeout
+    if run_deadline is not None:
+        host_deadline = run_deadline if host_deadline is None else min(host_deadline, run_deadline)
     for config in checks:
         if host.unreachable is not None:  # one connection attempt per host, not one per check
             results.append(CheckResult(config.id, Status.ERROR, f"not run: host unreachable: {host.unreachable}"))
         elif host_deadline is not None and time.monotonic() >= host_deadline:
-            why = f"not run: the host's deadline (--host-timeout {host_timeout:g} s) expired"
+            limit = "the run's --timeout" if host_deadline == run_deadline else f"--host-timeout {host_timeout:g} s"
+            why = f"not run: the host's deadline ({limit}) expired"
             results.append(CheckResult(config.id, Status.ERROR, why))
         else:
             results.append(run_one(host, config, debug=debug, deadline=host_deadline))
@@ -116,6 +122,7 @@ def run_profile(
     done_event = threading.Event()
     lock = threading.Lock()
     stopped = False
+    run_deadline = None if timeout is None else time.monotonic() + timeout
 
     def worker() -> None:
         while not stopped:
@@ -133,7 +140,14 @@ def run_profile(
                         host.prefetch(_needed_files(profile))
                     except HostError as exc:
                         host.unreachable = str(exc) if isinstance(exc, Unreachable) else None
-                run_checks(host, profile.checks, debug=debug, done=partial[i], host_timeout=host_timeout)
+                run_checks(
+                    host,
+                    profile.checks,
+                    debug=debug,
+                    done=partial[i],
+                    host_timeout=host_timeout,
+                    run_deadline=run_deadline,
+                )
             finally:
                 with contextlib.suppress(Exception):
                     transport.close()
