@@ -27,7 +27,18 @@ from clustercheck.errors import HostError
 # What `nccl.log` sends back of a file, section by section (see the module docstring).
 _SECTIONS = ("rare", "nogdr", "shm", "channels", "counts")
 _COUNTED = ("via NET/", "/GDRDMA", "via P2P/", "via SHM")
-_LIST_SCRIPT = 'n=$1; shift; ls -1td -- $@ 2>/dev/null | head -n "$n"'
+# A folder this user cannot list hides its logs the way an empty one does (the glob stays
+# unexpanded, `ls` says "No such file"): the script names such folders ("@@denied DIR") first.
+_LIST_SCRIPT = (
+    'n=$1; shift; for p in "$@"; do case $p in */*) d=${p%/*};; *) d=.;; esac; '
+    'if [ -d "$d" ] && ! { [ -r "$d" ] && [ -x "$d" ]; }; then echo "@@denied ${d:-/}"; fi; done; '
+    'ls -1td -- $@ 2>/dev/null | head -n "$n"'
+)
+DENIED = "@@denied "
+ACCESS = (
+    "run the check as a user who can read the job logs (root, as the prolog and health do, or the "
+    "users' group), or make the log folder readable to it"
+)
 #: The longest part of a log line that crosses the network (the analyzer's MAX_KEPT): `cut`
 #: streams (a 200 MB line never sits whole in any process but grep), and awk marks a line it cut
 #: with CUT_MARK so the check can name it. Before, one 200 MB line came back whole in several
@@ -162,7 +173,13 @@ def log(
     listing = host.run("sh", "-c", _LIST_SCRIPT, "sh", str(max(1, max_files)), *paths)
     if listing.exit_code == 127 or listing.timed_out:
         raise RuntimeError(f"could not list job logs: {listing.describe()}")
-    files = [line for line in listing.stdout.splitlines() if line.strip()]
+    lines = [line for line in listing.stdout.splitlines() if line.strip()]
+    denied = sorted({line[len(DENIED) :] for line in lines if line.startswith(DENIED)})
+    files = [line for line in lines if not line.startswith(DENIED)]
+    if not files and denied:  # not "no job logs": the node did not let us look
+        raise HostError(
+            host.name, f"cannot tell: {', '.join(denied)} cannot be listed by this user (permission denied); {ACCESS}"
+        )
     if not files:
         return skip(f"no job logs match {' '.join(paths)} on this node")
     from clustercheck.analyzers.nccl_log import GREP_PATTERN
@@ -176,6 +193,8 @@ def log(
             raise HostError(host.name, f"cannot tell: grep, cut or awk is not installed on the node: {_short(result)}")
         if result.timed_out:
             raise HostError(host.name, f"cannot tell: reading {path} did not finish in time: {_short(result)}")
+        if "Permission denied" in result.stderr:  # grep could not open it: no NCCL lines is no answer
+            raise HostError(host.name, f"cannot tell: {path} cannot be read by this user (permission denied); {ACCESS}")
         cut: list[int] = []
         report = analyze_grep_output(result.stdout, path, expect=expect, expect_gdr=expect_gdr, cut=cut)
         if cut:
@@ -205,6 +224,7 @@ def log(
             "(jobs need NCCL_DEBUG=INFO for this check)"
         )
     evidence = list(cut_note)  # a failure stands even with cut lines; they are named here
+    evidence += [f"{d}: cannot be listed by this user (permission denied): its logs were not read" for d in denied]
     data: dict[str, Any] = {"files": {}}
     for path, report in judged:
         j = report.to_json()

@@ -1,0 +1,101 @@
+"""Promise: an answer that is empty because the node did not let clustercheck look is "cannot
+tell" (error, naming the source and how to grant access), never a pass or a skip.
+
+`nccl.log` as an unprivileged user (setpriv to nobody; the real CLI, sh, ls and grep): a log
+folder it may not list looked like a node without job logs (skip), and a log it may not read
+looked like a log without NCCL lines (skip). A site that runs `clustercheck health` as a
+service user would have been told nothing was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.helpers import REPO
+
+NOBODY = 65534
+LOG = (
+    "h1:100:100 [0] NCCL INFO NCCL_IB_DISABLE set by environment to 1.\n"
+    "h1:100:100 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n"
+    "h1:100:100 [0] NCCL INFO Using network Socket\n"
+    "h1:100:100 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0\n"
+)
+
+
+@pytest.fixture
+def world() -> Iterator[Path]:
+    """A folder nobody can read (pytest's tmp_path is root's alone)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the check as another user")
+    folder = Path(tempfile.mkdtemp(prefix="cc-denied-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_as_nobody(world: Path, paths: list[str]) -> dict[str, Any]:
+    profile = world / "profile.yaml"
+    profile.write_text(json.dumps({"name": "t", "description": "t", "checks": {"nccl.log": {"paths": paths}}}))
+    profile.chmod(0o644)
+    as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    proc = subprocess.run(
+        [*as_nobody, sys.executable, "-m", "clustercheck", "run", "--local", "--profile", str(profile), "-f", "json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(world), "NO_COLOR": "1"},
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (host,) = json.loads(proc.stdout)["hosts"].values()
+    (check,) = host["checks"]
+    return check  # type: ignore[no-any-return]
+
+
+def test_a_log_folder_it_may_not_list_is_cannot_tell(world: Path) -> None:
+    jobs = world / "jobs"
+    jobs.mkdir(mode=0o700)  # root's: the logs are there, nobody cannot see them
+    (jobs / "slurm-1.out").write_text(LOG)
+    check = run_as_nobody(world, [f"{jobs}/*.out"])
+    assert check["status"] == "error", check  # before: skip "no job logs match ..."
+    assert check["summary"].startswith(f"cannot tell: {jobs} cannot be listed by this user (permission denied)")
+    assert "run the check as a user who can read the job logs" in check["summary"]
+
+
+def test_a_log_it_may_not_read_is_cannot_tell(world: Path) -> None:
+    jobs = world / "jobs"
+    jobs.mkdir(mode=0o755)
+    log = jobs / "slurm-2.out"
+    log.write_text(LOG)
+    log.chmod(0o600)  # listed, not readable
+    check = run_as_nobody(world, [f"{jobs}/*.out"])
+    assert check["status"] == "error", check  # before: skip "... without NCCL lines"
+    assert check["summary"].startswith(f"cannot tell: {log} cannot be read by this user (permission denied)")
+
+
+def test_the_same_logs_readable_are_judged(world: Path) -> None:
+    jobs = world / "jobs"
+    jobs.mkdir(mode=0o755)
+    log = jobs / "slurm-3.out"
+    log.write_text(LOG)
+    log.chmod(0o644)
+    check = run_as_nobody(world, [f"{jobs}/*.out"])
+    assert check["status"] == "fail", check  # the TCP fallback the log shows
+    assert str(log) in check["summary"]
+
+
+def test_an_empty_log_folder_is_still_a_skip(world: Path) -> None:
+    jobs = world / "jobs"
+    jobs.mkdir(mode=0o755)  # listable and empty: no job ran here, truly nothing to judge
+    check = run_as_nobody(world, [f"{jobs}/*.out"])
+    assert check["status"] == "skip", check
+    assert check["summary"].startswith("no job logs match")
