@@ -233,8 +233,8 @@ def log(
         }
         data["files"][path]["errors"] = j["error_count"]
         for f in report.findings:
-            lines = ", ".join(str(r.line) for r in f.refs[:4])
-            evidence.append(f"{path}: {f.status.value}: {f.message}" + (f" (line {lines})" if lines else ""))
+            at = ", ".join(str(r.line) for r in f.refs[:4])
+            evidence.append(f"{path}: {f.status.value}: {f.message}" + (f" (line {at})" if at else ""))
     worst_path, worst_report = max(judged, key=lambda pr: ("ok", "warn", "fail").index(pr[1].status.value))
     status = worst_report.status.value
     others = len(judged) - 1
