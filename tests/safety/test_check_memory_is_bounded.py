@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from checks import nccl
-from tests.helpers import REPO
+from tests.helpers import REPO, cli
 
 # Peak RSS of the CLI process itself (children, such as grep, excluded) printed on exit.
 RSS = (
@@ -100,3 +100,23 @@ def test_lines_within_the_cap_cross_unchanged(tmp_path: Path) -> None:
     )
     rare = nccl.parse_sections(proc.stdout)["rare"]
     assert rare == [f"1:{line}"]
+
+
+def test_commands_refuse_endless_and_blocking_inputs(tmp_path: Path) -> None:
+    """`topology` read /dev/zero until memory ran out and hung on a FIFO; `nccl-log` read
+    /dev/zero forever (in constant memory) and hung on a FIFO too. A regular file is required."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for args in (("topology", "--conf"), ("topology", "--ibnetdiscover"), ("nccl-log",)):
+        for path in ("/dev/zero", str(fifo)):
+            proc = cli(*args, path, timeout=30)
+            assert proc.returncode == 64, (args, path, proc.stderr)
+            assert f"{path}: not a regular file" in proc.stderr
+
+
+def test_topology_refuses_a_runaway_file(tmp_path: Path) -> None:
+    big = tmp_path / "topology.conf"
+    with big.open("wb") as f:
+        f.truncate((64 << 20) + 1)  # sparse: no disk used
+    proc = cli("topology", "--conf", big, timeout=60)
+    assert proc.returncode == 64 and "larger than 64 MiB" in proc.stderr, proc.stderr

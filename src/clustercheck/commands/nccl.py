@@ -135,11 +135,15 @@ def nccl_tests(
 
 
 def _check_readable(path: Path) -> None:
+    import stat
+
     try:
         if not path.exists():
             raise UsageError(f"{path}: no such file")
         if path.is_dir():
             raise UsageError(f"{path}: is a directory, not a log file")
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO blocks on open, /dev/zero never ends
+            raise UsageError(f"{path}: not a regular file (pipe it to `clustercheck nccl-log -` to read a stream)")
     except OSError as exc:  # a name too long, a NUL byte
         raise UsageError(f"{path}: cannot be read: {exc}") from None
 

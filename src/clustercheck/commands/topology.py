@@ -146,14 +146,34 @@ def _expand(expression: str, what: str) -> list[str]:
         raise UsageError(f"{what}: {exc}") from None
 
 
+#: The largest configuration or fabric dump read (an ibnetdiscover of a 10,000-node fabric is a
+#: few MB): /dev/zero or a runaway file must not be read until memory runs out.
+MAX_INPUT = 64 << 20
+
+
 def _read(path: Path | None) -> str:
+    import os
+    import stat
+
     assert path is not None
     try:
-        data = path.read_bytes()
+        # O_NONBLOCK: a FIFO must not block the open; only a regular file is read, and at most MAX_INPUT
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError(f"{path}: not a regular file")
+            with os.fdopen(fd, "rb", closefd=False) as stream:
+                data = stream.read(MAX_INPUT + 1)
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if len(data) > MAX_INPUT:
+        raise UsageError(f"{path}: larger than {MAX_INPUT >> 20} MiB: not a configuration or fabric dump")
     if b"\0" in data[:4096]:
         raise UsageError(f"{path}: a binary file, not a text configuration or dump")
     return data.decode("utf-8", errors="replace")
