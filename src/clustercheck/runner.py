@@ -32,13 +32,16 @@ def run_checks(
     done: list[CheckResult] | None = None,
     host_timeout: float | None = None,
     run_deadline: float | None = None,
+    run_timeout: float | None = None,
 ) -> list[CheckResult]:
     """Run checks on one host in order; results are appended to `done` as they finish.
 
     `host_timeout` bounds all of the host's checks together (a per-host deadline), on top
     of each check's own budget; `run_deadline` (monotonic, the run's --timeout) bounds them
     too, so a check sees in `host.deadline` what is left of the run (storage checks refuse a
-    budget that would outlive it: a command killed at the run's end cannot clean up).
+    budget that would outlive it: a command killed at the run's end cannot clean up). A check
+    that ends after `run_deadline` did not finish within the run (its commands were cut at the
+    run's end): it is reported so, as run_profile reports the hosts it stops, not as its result.
     """
     results = [] if done is None else done
     host_deadline = None if host_timeout is None else time.monotonic() + host_timeout
@@ -52,7 +55,11 @@ def run_checks(
             why = f"not run: the host's deadline ({limit}) expired"
             results.append(CheckResult(config.id, Status.ERROR, why))
         else:
-            results.append(run_one(host, config, debug=debug, deadline=host_deadline))
+            result = run_one(host, config, debug=debug, deadline=host_deadline)
+            if run_deadline is not None and time.monotonic() >= run_deadline:
+                of = f" of {run_timeout:g} s" if run_timeout is not None else ""
+                result = CheckResult(config.id, Status.ERROR, f"not finished: the run's --timeout{of} expired")
+            results.append(result)
     return results
 
 
@@ -147,6 +154,7 @@ def run_profile(
                     done=partial[i],
                     host_timeout=host_timeout,
                     run_deadline=run_deadline,
+                    run_timeout=timeout,
                 )
             finally:
                 with contextlib.suppress(Exception):
