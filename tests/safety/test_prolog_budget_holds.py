@@ -22,6 +22,9 @@ import pytest
 from tests.helpers import REPO
 
 # re.match(r"(a+)+$", "a" * 40 + "!") takes about 2**40 steps in CPython's sre, holding the GIL
+# (hours; before the fix a 2 s prolog budget ran on past 10 minutes). SLACK covers what the
+# budget does not count: interpreter start-up and imports, seconds on a loaded shared machine.
+SLACK = 4.0
 SPIN_CHECK = '''
 import re
 
@@ -76,7 +79,7 @@ def test_prolog_budget_holds_when_a_check_holds_the_interpreter_lock(tmp_path: P
         "prolog", "--checks", checks, "--profile", profile, "--budget", "2", "--on-internal-error", policy,
         "--state-file", tmp_path / "s.json", "--syslog-socket", "",
     )  # fmt: skip
-    assert took < 2 + 1.5, f"took {took:.1f} s with a 2 s budget"
+    assert took < 2 + SLACK, f"took {took:.1f} s with a 2 s budget"
     assert proc.returncode == code, proc.stderr
     assert "the 2 s budget ran out before the checks could be judged" in proc.stderr
     state = json.loads((tmp_path / "s.json").read_text())
@@ -90,7 +93,7 @@ def test_prolog_budget_holds_when_a_site_module_spins_on_import(tmp_path: Path) 
         "prolog", "--checks", checks, "--profile", profile, "--budget", "1.5",
         "--state-file", tmp_path / "s.json", "--syslog-socket", "",
     )  # fmt: skip
-    assert took < 1.5 + 1.5 and proc.returncode == 0, proc.stderr
+    assert took < 1.5 + SLACK and proc.returncode == 0, proc.stderr
     assert left_running(checks) == []
 
 
@@ -104,7 +107,7 @@ def test_health_budget_holds_and_nothing_is_changed(tmp_path: Path) -> None:
         "health", "--checks", checks, "--profile", profile, "--budget", "3", "--node", "n1",
         "--scontrol", scontrol, "--state-file", tmp_path / "prolog.json", "--syslog-socket", "",
     )  # fmt: skip
-    assert took < 3 + 1.5, f"took {took:.1f} s with a 3 s budget"
+    assert took < 3 + SLACK, f"took {took:.1f} s with a 3 s budget"
     assert proc.returncode == 3, proc.stderr
     assert "did not finish within the 3 s budget" in proc.stderr and "nothing was changed" in proc.stderr
     assert not calls.exists()  # not even `scontrol show`
@@ -115,7 +118,7 @@ def test_run_timeout_holds_when_a_check_holds_the_interpreter_lock(tmp_path: Pat
     checks, profile = site(tmp_path)
     proc, took = clustercheck("run", "--local", "--checks", checks, "--profile", profile, "--timeout", "2")
     limit = 2 + (2.0 + 0.05 * 2)  # --timeout plus cli.hard_stop_grace
-    assert took < limit + 1.5, f"took {took:.1f} s with --timeout 2"
+    assert took < limit + SLACK, f"took {took:.1f} s with --timeout 2"
     assert proc.returncode == 3, proc.stderr
     assert "the run did not end within --timeout 2 s" in proc.stderr and "Traceback" not in proc.stderr
     assert left_running(checks) == []
@@ -136,6 +139,6 @@ def test_run_timeout_still_reports_what_finished(tmp_path: Path) -> None:
         "run", "--local", "--checks", tmp_path / "checks", "--profile", tmp_path / "p.yaml", "--timeout", "2",
         "--format", "json",
     )  # fmt: skip
-    assert took < 2 + 3
+    assert took < 2 + SLACK + 1
     checks = next(iter(json.loads(proc.stdout)["hosts"].values()))["checks"]
     assert [c["status"] for c in checks] == ["ok", "error"] and "--timeout of 2 s expired" in checks[1]["summary"]
