@@ -223,6 +223,12 @@ def test_an_xid_drain_is_not_resumed_on_a_look_at_only_the_latest_log_lines() ->
     ]
     d = slurm.decide(node("IDLE+DRAIN", reason), since, None, recorded(reason, check="gpu.xid"))
     assert d.action == "none" and "only after a reboot or a reset" in d.why
+    # the XID was not the first failure: the record keeps every check that failed
+    both = {
+        "node": "n1",
+        "drains": [{"reason": reason, "check": "gpu.ecc", "checks": ["gpu.ecc", "gpu.xid"], "timestamp": epoch() - 1}],
+    }
+    assert slurm.decide(node("IDLE+DRAIN", reason), since, None, both).action == "none"
     rebooted = [*OK, CheckResult("gpu.xid", Status.OK, "no XID events since boot", data={"window": "boot"})]
     assert (
         slurm.decide(node("IDLE+DRAIN", reason), rebooted, None, recorded(reason, check="gpu.xid")).action == "resume"

@@ -1073,7 +1073,8 @@ class Decision(NamedTuple):
     action: str  # "drain", "resume", "none"
     why: str
     reason: str | None = None
-    check: str | None = None  # the check the drain is for (kept in the health record)
+    check: str | None = None  # the (first) check the drain is for (kept in the health record)
+    checks: tuple[str, ...] = ()  # every check that failed then
 
     def argv(self, node: str, scontrol: str = "scontrol") -> list[str] | None:
         """The scontrol command that carries the decision out (None for "none")."""
@@ -1125,11 +1126,11 @@ def _why_not_resume(checks: Sequence[CheckResult], entry: Mapping[str, Any]) -> 
         data = c.data if isinstance(c.data, Mapping) else {}
         if c.status is Status.SKIP and data.get("hardware_absent"):
             return f"{c.id} skipped because the hardware it judges is not visible ({c.summary}): that is not a pass"
-    drained_for = entry.get("check")
+    drained_for = {entry.get("check"), *(entry.get("checks") or [])}
     for c in checks:
         data = c.data if isinstance(c.data, Mapping) else {}
         window = data.get("window")
-        if c.id == drained_for and isinstance(window, str) and window != "boot":
+        if c.id in drained_for and isinstance(window, str) and window != "boot":
             return (
                 f"{c.id} looked only {window}: what it drained for is gone only after a reboot or a reset "
                 "(resume by hand once fixed: scontrol update NodeName=... State=RESUME)"
@@ -1151,6 +1152,7 @@ def decide(
     errors = [c for c in checks if c.status is Status.ERROR]
     want = drain_reason(failed) if failed else None
     first = failed[0].id if failed else None
+    ids = tuple(c.id for c in failed)
     shown = f"{node.state}" + (f", reason {node.reason!r}" if node.reason else "")
 
     if node.reboot_pending:
@@ -1160,7 +1162,7 @@ def decide(
         if want is not None:
             if want == node.reason:
                 return Decision("none", f"already drained by clustercheck for this: {node.reason}")
-            return Decision("drain", f"still failing; the reason changes from {node.reason!r}", want, first)
+            return Decision("drain", f"still failing; the reason changes from {node.reason!r}", want, first, ids)
         if errors:
             return Decision(
                 "none",
@@ -1178,24 +1180,22 @@ def decide(
             job = _job_id(prolog_state)
             prolog_reason = str(prolog_state.get("reason") or f"{REASON_PREFIX} the prolog failed the node")
             refined = sanitize_reason(prolog_reason + f" (prolog of job {job})")
-            check = next(
-                (
-                    c.get("id")
-                    for c in prolog_state.get("checks") or []
-                    if isinstance(c, dict) and c.get("status") == "fail"
-                ),
-                None,
+            prolog_ids = tuple(
+                str(c.get("id"))
+                for c in prolog_state.get("checks") or []
+                if isinstance(c, dict) and c.get("status") == "fail"
             )
             if want is not None:
                 return Decision(
-                    "drain", "Slurm drained it for the clustercheck prolog's failure; it still fails", want, first
+                    "drain", "Slurm drained it for the clustercheck prolog's failure; it still fails", want, first, ids
                 )
             return Decision(
                 "drain",
                 f"Slurm drained it as {PROLOG_ERROR!r} for the clustercheck prolog's failure: naming the reason "
                 "(a later run resumes it if every check still passes)",
                 refined,
-                str(check) if check else None,
+                prolog_ids[0] if prolog_ids else None,
+                prolog_ids,
             )
         return Decision(
             "none",
@@ -1208,7 +1208,7 @@ def decide(
             why += " (its words look like clustercheck's, but clustercheck keeps no record of setting them)"
         return Decision("none", why)
     if want is not None:
-        return Decision("drain", f"{len(failed)} check(s) failed", want, first)
+        return Decision("drain", f"{len(failed)} check(s) failed", want, first, ids)
     return Decision("none", f"healthy ({_counts(checks)}); {node.name} is {shown}")
 
 
@@ -1280,10 +1280,12 @@ def record_template(opts: HealthOptions) -> str:
     return DEFAULT_RECORD_FILE
 
 
-def add_to_record(record: Mapping[str, Any] | None, node: str, reason: str, check: str | None) -> dict[str, Any]:
+def add_to_record(
+    record: Mapping[str, Any] | None, node: str, reason: str, check: str | None, checks: Sequence[str] = ()
+) -> dict[str, Any]:
     stamp, epoch = _now()
     drains = [d for d in (record or {}).get("drains") or [] if isinstance(d, dict)] if record else []
-    drains.append({"reason": reason, "check": check, "time": stamp, "timestamp": epoch})
+    drains.append({"reason": reason, "check": check, "checks": list(checks), "time": stamp, "timestamp": epoch})
     return {"clustercheck": __version__, "mode": "health", "node": node, "drains": drains[-RECORD_KEEP:]}
 
 
@@ -1370,7 +1372,9 @@ def health(opts: HealthOptions, env: Mapping[str, str] | None = None, out: TextI
                 # the record first: a drain clustercheck set but did not record stays (safe), never
                 # the other way round
                 try:
-                    write_state(record_file, add_to_record(record, node, decision.reason or "", decision.check))
+                    write_state(
+                        record_file, add_to_record(record, node, decision.reason or "", decision.check, decision.checks)
+                    )
                 except OSError as exc:
                     raise ClusterCheckError(
                         f"health node {node}: would drain ({decision.reason}), but cannot keep its record in "
