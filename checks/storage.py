@@ -263,11 +263,15 @@ def reads(d, files, sizes, n, bs, until, direct, rnd):
     if rnd:
         res.update(ops=len(xs), iops=round(len(xs) / secs, 1), p50_ms=pct(xs, 0.5), p99_ms=pct(xs, 0.99))
     return res
+DENIED = []  # folders of the dataset this user may not list: their files were not read
 def scan(root, until):
     big, small, stack = [], [], [root]
     while stack and time.monotonic() < until and len(big) + len(small) < 100000:
+        top = stack.pop()
         try:
-            it = os.scandir(stack.pop())
+            it = os.scandir(top)
+        except PermissionError:
+            DENIED.append(top); continue
         except OSError:
             continue
         for e in it:
@@ -286,7 +290,11 @@ def measure_read(d):
     n = A["readers"]
     if d is None:  # an existing dataset, read-only: nothing is written
         big, small = scan(A["path"], left(0.15))
-        OUT["dataset"] = {"large_files": len(big), "small_files": len(small)}
+        OUT["dataset"] = {"large_files": len(big), "small_files": len(small), "denied_dirs": len(DENIED)}
+        if DENIED: OUT["dataset"]["denied"] = DENIED[:5]
+        if not big and DENIED:
+            raise RuntimeError("no file of 4 MiB or more under %s that this user may read (permission denied: %s)"
+                               % (A["path"], ", ".join(DENIED[:3])))
         if not big: raise RuntimeError("no file of 4 MiB or more under %s to read" % A["path"])
         big = big[:max(64, n)]; files = [p for p, _ in big]; sizes = [z for _, z in big]
         d = ""; small = small[:A["meta_files"]]; names = small
@@ -589,6 +597,12 @@ def read_pattern(
         (
             f"read-only on an existing dataset: {r['dataset']['large_files']} files of 4 MiB or more, "
             f"{r['dataset']['small_files']} of 1 MiB or less; nothing written"
+            + (
+                f"; {r['dataset']['denied_dirs']} folders this user may not list were not read "
+                f"({', '.join(r['dataset'].get('denied', []))})"
+                if r["dataset"].get("denied_dirs")
+                else ""
+            )
             if r.get("read_only")
             else f"wrote {human_size(r['written_bytes'])} in {r['write_seconds']:g} s"
         ),

@@ -99,3 +99,41 @@ def test_an_empty_log_folder_is_still_a_skip(world: Path) -> None:
     check = run_as_nobody(world, [f"{jobs}/*.out"])
     assert check["status"] == "skip", check
     assert check["summary"].startswith("no job logs match")
+
+
+def run_dataset_as_nobody(world: Path, dataset: Path) -> dict[str, Any]:
+    params = {"path": str(dataset), "dataset": True, "budget": 3, "readers": 2, "meta_files": 20}
+    profile = world / "dataset.yaml"
+    profile.write_text(json.dumps({"name": "t", "description": "t", "checks": {"storage.read_pattern": params}}))
+    profile.chmod(0o644)
+    as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    proc = subprocess.run(
+        [*as_nobody, sys.executable, "-m", "clustercheck", "run", "--local", "--profile", str(profile), "-f", "json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(world), "NO_COLOR": "1"},
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (host,) = json.loads(proc.stdout)["hosts"].values()
+    (check,) = host["checks"]
+    return check  # type: ignore[no-any-return]
+
+
+def test_a_dataset_folder_it_may_not_list_is_named(world: Path) -> None:
+    dataset = world / "dataset"
+    (dataset / "open").mkdir(parents=True)
+    (dataset / "closed").mkdir(mode=0o700)  # root's shards: not read, and the evidence says so
+    for folder in ("open", "closed"):
+        (dataset / folder / "shard-0.tar").write_bytes(os.urandom(8 << 20))
+    (dataset / "open" / "shard-0.tar").chmod(0o644)
+    dataset.chmod(0o755)
+    (dataset / "open").chmod(0o755)
+    check = run_dataset_as_nobody(world, dataset)
+    said = " ".join(check["evidence"])
+    assert f"1 folders this user may not list were not read ({dataset / 'closed'})" in said, check
+    (dataset / "open" / "shard-0.tar").unlink()  # now every large file is out of reach
+    check = run_dataset_as_nobody(world, dataset)
+    assert check["status"] == "error", check
+    assert "that this user may read (permission denied:" in check["summary"], check
