@@ -834,7 +834,9 @@ class XidEvent:
     @property
     def action(self) -> str:
         if self.xid == 154:
-            m = re.search(r"\(([^)]*(?:Required|Drain|None)[^)]*)\)\s*$", self.message)
+            # the action is the message's last parenthesis: look only at its tail, without parentheses
+            # inside the group, so a hostile line of many "(" stays linear
+            m = re.search(r"\(([^()]*(?:Required|Drain|None)[^()]*)\)\s*$", self.message[-300:])
             return m.group(1) if m else "see the message"
         return XID_ACTIONS.get(self.info.action, self.info.action) if self.info else "look it up in NVIDIA's catalog"
 

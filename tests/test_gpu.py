@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,15 @@ def test_xid_154_takes_the_recovery_action_from_its_message() -> None:
     assert event.fatal and event.action == "GPU Reset Required"
     (none,) = parse_xids(log.replace("0x1 (GPU Reset Required)", "0x0 (None)"))
     assert not none.fatal
+
+
+def test_xid_154_action_stays_linear_on_a_line_of_many_parentheses() -> None:
+    # the old pattern was quadratic in "(": 10k of them took about a second, holding the GIL
+    line = "NVRM: Xid (PCI:0000:18:00): 154, " + "(" * 200_000 + " (GPU Reset Required)\n"
+    start = time.monotonic()
+    (event,) = parse_xids(line)
+    assert event.action == "GPU Reset Required"
+    assert time.monotonic() - start < 2.0  # generous: linear takes milliseconds
 
 
 @given(st.text(max_size=400))

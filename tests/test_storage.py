@@ -150,7 +150,8 @@ def test_read_pattern_measures_and_removes_its_folder(tmp_path: Path) -> None:
     measured = check["data"]["measured"]  # type: ignore[index]
     assert measured["seq"]["bytes"] == 32 << 20  # the whole file set, read once
     assert measured["rand_4k"]["ops"] > 0 and measured["rand_4k"]["p99_ms"] >= measured["rand_4k"]["p50_ms"]
-    assert measured["meta"]["files"] == 200
+    # the small-files phase is bounded by time: a busy machine opens fewer of the 200 files
+    assert 0 < measured["meta"]["files"] <= 200
     evidence = "\n".join(check["evidence"])  # type: ignore[arg-type]
     assert "page cache: O_DIRECT" in evidence and "created and removed" in evidence
     assert "<clustercheck storage script" in evidence
