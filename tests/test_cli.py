@@ -94,6 +94,28 @@ def test_jsonl_has_one_line_per_host_and_check() -> None:
     assert {line["host"] for line in lines} == {f"gpu{i:03d}" for i in range(1, 14)}
 
 
+def test_jsonl_into_a_reader_that_stops_early_ends_the_run() -> None:
+    # `run -f jsonl | head -1` used to hang for ever: the broken pipe killed the runner's workers
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clustercheck", "run", "--replay", str(DEMO), "-f", "jsonl"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    assert json.loads(first)["host"].startswith("gpu")
+    proc.stdout.close()  # the reader goes away, as head does
+    try:
+        code = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    assert code == 2  # the report's exit code, not a crash
+    assert "Traceback" not in proc.stderr.read()
+
+
 def test_junit_and_prometheus_written_atomically(tmp_path: Path) -> None:
     junit = tmp_path / "report.xml"
     assert cli("run", "--replay", str(DEMO), "--profile", SITE, "-f", "junit", "-o", str(junit)).returncode == 2

@@ -12,6 +12,7 @@ fast dispatch (`fast_prolog`, into clustercheck.slurm).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -155,11 +156,20 @@ def execute_run(
 
         progress = Progress(len(transports))
 
+    reader_gone = False
+
     def on_host_done(host: HostReport) -> None:
+        nonlocal reader_gone
         if progress is not None:
             progress.host_done(host)
-        if stream:
-            formats.render(Report(__version__, prof.name, (host,)), "jsonl", sys.stdout)
+        if stream and not reader_gone:
+            try:
+                formats.render(Report(__version__, prof.name, (host,)), "jsonl", sys.stdout)
+                sys.stdout.flush()
+            except BrokenPipeError:  # `| head -1`: the reader has what it wanted; finish the run quietly
+                reader_gone = True
+                with contextlib.suppress(OSError):
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
     report = runner.run_profile(
         prof,
