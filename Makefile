@@ -8,6 +8,9 @@ VENV    ?= .venv
 PYTHON  ?= python3
 STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 CC      := $(VENV)/bin/clustercheck
+# what the tests start or run for real: sshd and a login shell of each kind (fish, tcsh), Slurm and
+# munge on loopback, bubblewrap containers over a debootstrap rootfs with a squashfs image
+SYSTEM_PACKAGES := openssh-server openssh-client slurm-wlm munge bubblewrap debootstrap squashfs-tools tcsh fish
 
 .PHONY: venv demo test lint bench dist system-deps clean
 
@@ -36,11 +39,13 @@ demo: venv
 
 # The tests start a real OpenSSH server and real Slurm daemons on loopback; install them when we can.
 system-deps:
-	@if ! test -x /usr/sbin/sshd || ! test -x /usr/sbin/slurmctld || ! test -x /usr/sbin/munged; then \
+	@missing=; for b in /usr/sbin/sshd /usr/sbin/slurmctld /usr/sbin/munged /usr/bin/bwrap /usr/sbin/debootstrap \
+	    /usr/bin/mksquashfs /usr/bin/tcsh /usr/bin/fish; do test -x $$b || missing="$$missing $$b"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	      openssh-server openssh-client slurm-wlm munge >/dev/null; \
-	  else echo "make test needs /usr/sbin/sshd (openssh-server); the Slurm tests need slurm-wlm and munge (skipped without them)"; \
+	      $(SYSTEM_PACKAGES) >/dev/null; \
+	  else echo "make test needs /usr/sbin/sshd (openssh-server); missing:$$missing (apt-get install $(SYSTEM_PACKAGES); the tests that need them skip)"; \
 	    test -x /usr/sbin/sshd || exit 1; fi; \
 	fi
 
