@@ -130,10 +130,15 @@ def _rule(text: str, starts: Iterator[tuple[int, re.Pattern[str] | None]]) -> It
             yield span
 
 
+def _quote_before(text: str, pos: int) -> str | None:
+    """The quote just before `pos`, if any: a value inside a quoted string runs to its end."""
+    return text[pos - 1] if pos and text[pos - 1] in _QUOTE_END else None
+
+
 def _assignments(text: str) -> Iterator[tuple[int, re.Pattern[str] | None]]:
     for m in _ASSIGN.finditer(text):
         if _secret_name(m.group(1)):
-            quote = text[m.start() - 1] if m.start() and text[m.start() - 1] in _QUOTE_END else None
+            quote = _quote_before(text, m.start())
             yield m.end(), _QUOTE_END[quote] if quote else _STOP  # "NAME=a b" in JSON: to its quote
 
 
@@ -141,10 +146,10 @@ def _colons(text: str) -> Iterator[tuple[int, re.Pattern[str] | None]]:
     for m in _COLON.finditer(text):
         name = m.group(1)
         if name.upper().replace("-", "_") in ("AUTHORIZATION", "PROXY_AUTHORIZATION", "COOKIE", "SET_COOKIE"):
-            quote = text[m.start() - 1] if m.start() and text[m.start() - 1] in _QUOTE_END else None
+            quote = _quote_before(text, m.start())
             yield m.end(), _QUOTE_END[quote] if quote else None  # to the end of the line or the quote
         elif _secret_name(name, _STRONG_WORDS):
-            quoted = m.group(2) or (m.start() and text[m.start() - 1] in _QUOTE_END)
+            quoted = m.group(2) or _quote_before(text, m.start())
             yield m.end(), _STOP_LIST if quoted else None  # JSON: to a separator; YAML, a header: the line
 
 
@@ -153,7 +158,8 @@ def _options(text: str) -> Iterator[tuple[int, re.Pattern[str] | None]]:
         if m.group(2) is not None and _secret_name(m.group(1)):
             if m.group(2) != "=" and text.startswith("-", m.end()):  # the next option, not a value
                 continue
-            yield m.end(), _STOP
+            quote = _quote_before(text, m.start()) if m.group(2) == "=" else None
+            yield m.end(), _QUOTE_END[quote] if quote else _STOP  # "--password=a b" in JSON: to its quote
 
 
 def _dash_p(text: str) -> Iterator[tuple[int, re.Pattern[str] | None]]:

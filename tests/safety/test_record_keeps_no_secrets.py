@@ -74,6 +74,7 @@ SHAPES = st.one_of(
     st.builds(lambda o, s: f"{o}={s}", OPTIONS, _secret(WORD)),
     st.builds(lambda o, s: f"{o} '{s}'", OPTIONS, _secret(SPACED)),
     st.builds(lambda o, s: f'{o}="{s}"', OPTIONS, _secret(SPACED)),
+    st.builds(lambda o, s: f'"args": ["{o}={s}", "-v"]', OPTIONS, _secret(SPACED)),  # an argv as JSON
     st.builds(lambda s: f"mysql -u root -p{_no_leading_dash(s)} db", _secret(WORD)),
     st.builds(lambda s: f"/usr/bin/sshpass -p{_no_leading_dash(s)} ssh -p22 host", _secret(WORD)),
     st.builds(lambda s: f"https://alice:{s}@db.example:5432/x?y=1", _secret(URLSAFE)),
