@@ -1,39 +1,41 @@
-"""Nodes over SSH (paramiko): one connection per host, one channel per command.
+"""Nodes over SSH (paramiko): one connection per host, one session for its commands.
 
 How a command runs, whatever the user's login shell. sshd hands the command line to the
 login shell (`$SHELL -c LINE`), and shells disagree on quoting: fish reads a backslash inside
 single quotes, tcsh refuses a newline in them. So the line is always the same fixed
 one, `exec /bin/sh -s`, which every shell (sh, bash, zsh, fish, tcsh, csh) reads the
-same way, and the script comes on the channel's stdin, quoted for /bin/sh alone::
+same way, and the script (`_SESSION`) comes on the channel's stdin, quoted for /bin/sh alone.
 
-    {
-    echo NONCE:$$; LC_ALL=C; export LC_ALL; CLUSTERCHECK_RUN=cc-NONCE; export CLUSTERCHECK_RUN
-    set -- ARGV...
-    command -v "$1" >/dev/null 2>&1 || { echo "$1: command not found" >&2; exit 127; }
-    exec 3<&0 </dev/null
-    { while read -r _; do :; done; kill every process marked cc-NONCE; pkill -s $$; kill -- -$$; } <&3 ... &
-    timeout -s KILL LIMIT "$@" (or "$@" without coreutils); exit $?
-    }
+One session runs all of a host's commands, one after the other: a new SSH session, login
+shell and `sh` per command cost the node more than most commands do (the fleet benchmark,
+bench/FLEET.md). The script is one `{ ... }` block, so sh has read all of it before it runs
+any of it; it then reads one request a line from stdin and answers each with the command's
+stdout and stderr, each followed by an end line that carries a random token and, on
+stdout, the exit status. The first stdout line tells the session id (it is stripped, with
+anything a noisy rc file printed before it). A command's stdin is /dev/null, LC_ALL=C, a
+command that is not found exits 127 and one killed by a signal exits 128+N, as in a shell.
+Requests that end cleanly keep the session for the next command (several threads at once
+get a session each); a timeout, output past the cap or a broken channel close it.
 
-The whole script is one `{ ... }` block, so sh has read all of it before it runs any of it;
-stdin then stays open and silent. sshd starts every session in a new session (setsid), so
-`$$` is the session id; the first stdout line tells it to us (it is stripped, with anything
-a noisy rc file printed before it). The command's stdin is /dev/null.
-
-A remote command dies with its whole session. The background watcher waits for EOF on the
-channel's stdin, which comes when the channel closes: at the end of every command (after
-its exit status), on a timeout (the client closes the channel), on close() (the run's
---timeout) and when the connection is gone (the client was killed, the network broke: sshd
-exits and stdin closes). It then kills every process that carries the command's mark in its
-environment (a `setsid` daemon too), the session and its process group. When the
-connection is alive but frozen, `timeout -s KILL` (coreutils, when the node has it) is the
-backstop: it kills the command a couple of seconds after the deadline. The `sh` stays the
-parent, so a command killed by a signal exits 128+N as in a shell, and a command that is
-not found exits 127. What a command prints is capped (`host.output_limit()`): past it the
-command is stopped and the call raises OutputTooLarge naming the command and the cap.
+A remote command dies with its whole session. Each command carries a mark in its
+environment (cc-NONCE-ID.). While it runs, a watcher waits for EOF on the channel's stdin,
+which comes when the channel closes: on a timeout (the client closes the session), on
+close() (the run's --timeout) and when the connection is gone (the client was killed, the
+network broke: sshd exits and stdin closes). It then kills every process that carries the
+session's mark (a `setsid` daemon too) or is in the session, and the process group. When a
+command of a check ends, whatever it left behind (marked, or still in the session) is
+killed before its answer goes out. Finding those reads the environment only of processes
+that started since the command did (the PIDs above the one /proc/loadavg named before it),
+not of every process on the node. When the connection is alive but frozen,
+`timeout -s KILL` (coreutils, when the node has it) is the backstop: it kills the command a
+couple of seconds after the deadline. What a command prints is capped
+(`host.output_limit()`): past it the command is stopped and the call raises
+OutputTooLarge naming the command and the cap.
 
 Files are read with `cat` through the same path (a hung NFS read times out like any
-command). Host keys are checked against known_hosts as OpenSSH does; `~/.ssh/config`
+command); read_many (the runner's prefetch of /proc, /sys and /etc files) reads several
+with one `head -v` in the session's shell. Host keys are checked against known_hosts as
+OpenSSH does; `~/.ssh/config`
 (or the file given as with `ssh -F`, plus `/etc/ssh/ssh_config` when none is given) is
 honoured for HostName, User, Port, IdentityFile, IdentitiesOnly, UserKnownHostsFile,
 GlobalKnownHostsFile, HostKeyAlias, HashKnownHosts, ProxyJump, ProxyCommand,
@@ -86,26 +88,76 @@ _DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_h
 _SYSTEM_CONFIG = "/etc/ssh/ssh_config"
 _WINDOW = 8 * 1024 * 1024  # per channel; paramiko's 2 MiB default slows big outputs
 _CHUNK = 1024 * 1024
-_HEAD_LIMIT = 64 * 1024  # look this far into stdout for the wrapper's first line
+_HEAD_LIMIT = 64 * 1024  # look this far into stdout for the session's first line
 DEFAULT_CONNECT_TIMEOUT = 10.0  # seconds, when neither the caller nor ssh_config's ConnectTimeout says
-_EOF_GRACE_S = 1.0  # after the exit status, wait this long without output for EOF
-_STATUS_POLL_S = 0.25  # how often to look for an exit status while output is still open
+_POLL_S = 0.25  # how often to look at the channel's state while it is silent
 _BACKSTOP_S = 2  # the remote `timeout` fires this long after the client's deadline
 _KNOWN_HOSTS_LOCK = threading.Lock()
 _INCLUDE_RE = re.compile(r"^\s*include(?:\s*=\s*|\s+)(.+)$", re.IGNORECASE)
 
 _COMMAND_LINE = "exec /bin/sh -s"  # the same in every login shell: no quote, no backslash, no `$`
-_SCRIPT = """{{
+# One session serves all of a host's commands, one after the other: one `sh` reads one
+# request a line from the channel's stdin (the `{ ... }` block itself is read whole before
+# any of it runs) and answers it. cc_run runs a command, marked cc-NONCE-ID. in its
+# environment, under its own time limit (`timeout -s KILL`, the backstop for a frozen
+# connection), with stdin /dev/null; while it runs, a watcher waits for EOF on the channel's
+# stdin (the client closed the channel: its deadline, close(), or the client died) and then
+# kills every process marked cc-NONCE or in the session that started since, and the process
+# group. After a command of a check, what it left behind (marked, or still in the session)
+# is killed. cc_files reads files for read_many with one `head`. Each request ends with
+# "\nEND-ID RC\n" on stdout and "\nEND-ID\n" on stderr, after everything it printed.
+#
+# Finding what a command left reads the environment of processes, about 20 us each: not of
+# every process on the node, only of those that started since the command began (cc_new:
+# the PIDs above the last one /proc/loadavg named before it, that exist now), or of every
+# process when the PID counter wrapped in between or too many started.
+_SESSION = """{{
 echo "{nonce}:$$"; LC_ALL=C; export LC_ALL; CLUSTERCHECK_RUN=cc-{nonce}; export CLUSTERCHECK_RUN
-set -- {argv}
-command -v "$1" >/dev/null 2>&1 || {{ echo "$1: command not found" >&2; exit 127; }}
+cc_nl='
+'
+if command -v timeout >/dev/null 2>&1; then cc_t=1; else cc_t=; fi
+cc_me=$$
+cc_end() {{ printf '\\n{end}-%s %s\\n' "$1" "$2"; printf '\\n{end}-%s\\n' "$1" >&2; }}
+cc_new() {{
+cc_n=; read -r cc_x cc_x cc_x cc_x cc_n cc_x </proc/loadavg; cc_p=$1; shift; cc_list=
+case $cc_p.$cc_n in *[!0-9.]*|.*|*.) cc_n=0 cc_p=1;; esac
+if [ "$cc_n" -lt "$cc_p" ] || [ $((cc_n - cc_p)) -gt 1024 ]; then
+for cc_x; do cc_list="$cc_list /proc/[1-9]*/$cc_x"; done; return 0; fi
+while [ "$cc_p" -lt "$cc_n" ]; do cc_p=$((cc_p + 1))
+if [ -e /proc/$cc_p ]; then for cc_x; do cc_list="$cc_list /proc/$cc_p/$cc_x"; done; fi; done
+}}
+cc_sweep() {{
+cc_new "$1" environ stat
+[ -n "$cc_list" ] || return 0
+for cc_p in $(grep -lsE -e "$2" -e "^[0-9]+ \\\\(.*\\\\) . [0-9]+ [0-9]+ $$ " $cc_list </dev/null)
+do cc_p=${{cc_p#/proc/}}; cc_p=${{cc_p%/*}}; [ "$cc_p" = "$cc_me" ] || kill -KILL "$cc_p"; done 2>/dev/null
+}}
+cc_run() {{
+cc_i=$1 cc_l=$2 cc_s=$3; shift 3
+cc_b=; read -r cc_x cc_x cc_x cc_x cc_b cc_x </proc/loadavg
+{{ read -r cc_x <&3; read -r cc_me cc_x </proc/self/stat
+cc_sweep "$cc_b" cc-{nonce}; kill -s KILL -- -$$; }} </dev/null >/dev/null 2>&1 &
+cc_w=$!
+if ! command -v "$1" >/dev/null 2>&1; then echo "$1: command not found" >&2; cc_r=127
+elif [ -n "$cc_t" ]; then CLUSTERCHECK_RUN=cc-{nonce}-$cc_i. timeout -s KILL "$cc_l" "$@" </dev/null 3<&-; cc_r=$?
+else CLUSTERCHECK_RUN=cc-{nonce}-$cc_i. "$@" </dev/null 3<&-; cc_r=$?; fi
+kill -KILL "$cc_w" 2>/dev/null; wait "$cc_w" 2>/dev/null
+[ "$cc_s" = 1 ] && cc_sweep "$cc_b" "cc-{nonce}-$cc_i."
+cc_end "$cc_i" "$cc_r"
+}}
+cc_files() {{
+cc_i=$1 cc_c=$2; shift 2; cc_list=
+for cc_f; do if [ -f "$cc_f" ] && [ -r "$cc_f" ]; then cc_list=1
+elif [ ! -e "$cc_f" ]; then printf '0 %s\\n' "$cc_f"; fi; done
+printf '\\n'
+if [ -n "$cc_list" ]; then for cc_f; do [ -f "$cc_f" ] && [ -r "$cc_f" ] && set -- "$@" "$cc_f"; shift; done
+head -v -c "$cc_c" -- "$@" </dev/null 3<&-; fi
+cc_end "$cc_i" $?
+}}
 exec 3<&0 </dev/null
-{{ while read -r _; do :; done
-for f in $(grep -lsF cc-{nonce} /proc/[0-9]*/environ); do f=${{f#/proc/}}; kill -KILL "${{f%/environ}}"; done
-pkill -KILL -s $$; kill -KILL -- -$$; }} <&3 >/dev/null 2>&1 &
-exec 3<&-
-if command -v timeout >/dev/null 2>&1; then timeout -s KILL {limit} "$@"; else "$@"; fi
-exit $?
+{first}
+while IFS= read -r cc_q <&3; do eval "$cc_q"; done
+kill -s KILL -- -$$
 }}
 """
 
@@ -192,7 +244,8 @@ class SSHTransport:
         self._target: _Target | None = None
         self._closed = False
         self._pending: list[Any] = []  # sockets and transports of a handshake in progress
-        self._channels: set[paramiko.Channel] = set()  # of commands running now
+        self._idle: list[_Session] = []  # sessions waiting for their next command
+        self._busy: set[_Session] = set()  # sessions running a command now
 
     def __repr__(self) -> str:
         return f"SSHTransport({self.host!r})"
@@ -202,25 +255,50 @@ class SSHTransport:
         argv = tuple(argv)
         if not argv:
             raise ValueError("run() needs a command")
+        return self._request(argv, ("cc_run", *argv), timeout, scan=True)
+
+    def _request(self, argv: tuple[str, ...], call: tuple[str, ...], timeout: float, *, scan: bool) -> CommandResult:
+        """Send one request (`call`: cc_run's or cc_files' arguments) for `argv` on a session of
+        this host's connection: an idle one, else a new one. The session is kept for the next
+        command when the request ended cleanly, and closed (its watcher then kills all it ran)
+        when it did not: a timeout, output past the cap, a broken channel."""
         self._refuse_if_closed(argv)
         conn = self._connection()
         start = time.monotonic()
         deadline = start + max(timeout, 0.0)
-        nonce = secrets.token_hex(8)
-        script = _SCRIPT.format(
-            nonce=nonce, argv=shlex.join(argv), limit=math.ceil(max(timeout, 0.0)) + _BACKSTOP_S
-        ).encode("utf-8", errors="surrogateescape")
-        chan = self._open_channel(conn, deadline, argv)
         limit = output_limit()
+        session = self._idle_session(conn)
+        fresh = session is None
+        if session is None:
+            session = _Session(self._open_channel(conn, deadline, argv))
+        session.seq += 1
+        rid = session.seq
+        if call[0] == "cc_run":
+            call = (
+                "cc_run",
+                str(rid),
+                str(math.ceil(max(timeout, 0.0)) + _BACKSTOP_S),
+                "1" if scan else "0",
+                *call[1:],
+            )
+        else:
+            call = (call[0], str(rid), *call[1:])
+        line = " ".join(_sh_word(w) for w in call)
         with self._lock:
-            self._channels.add(chan)
+            self._busy.add(session)
+        how = "closed"
         try:
             self._refuse_if_closed(argv)
-            self._exec(conn, chan, script, deadline, argv)
-            out, err, _sid, status, finished, cut = _collect(chan, nonce.encode(), deadline, limit)
+            if fresh:
+                script = _SESSION.format(nonce=session.nonce, end=session.end, first=line)
+                self._exec(conn, session.chan, script.encode("utf-8", errors="surrogateescape"), deadline, argv)
+            else:
+                session.drain()
+                session.chan.sendall((line + "\n").encode("utf-8", errors="surrogateescape"))
+            out, err, status, how = session.reply(rid, deadline, limit)
         except HostError:
             raise
-        except Exception as exc:  # paramiko or socket trouble while reading: the connection is suspect
+        except Exception as exc:  # paramiko or socket trouble: the connection is suspect
             if self._closed:
                 raise self._closed_error(argv) from exc
             self._drop(conn)
@@ -229,32 +307,48 @@ class SSHTransport:
             ) from exc
         finally:
             with self._lock:
-                self._channels.discard(chan)
-            _end(chan)  # EOF on its stdin: the node-side watcher kills whatever is left of it
+                self._busy.discard(session)
+                keep = how == "done" and not self._closed
+                if keep:
+                    self._idle.append(session)
+            if not keep:
+                _end(session.chan)  # EOF on its stdin: the node-side watcher kills whatever is left
         duration = time.monotonic() - start
-        if cut:
+        if how == "cut":
             raise OutputTooLarge(
                 self.host,
                 f"`{shlex.join(argv)}` printed more than {describe_size(limit)}, clustercheck's cap on one "
                 "command's output: it was stopped and its output not judged "
                 "(raise the cap with CLUSTERCHECK_MAX_OUTPUT if this much output is expected)",
             )
-        if status is None and finished:
-            # The channel closed without an exit status: either the connection broke, or the
-            # shell itself was killed (sshd then sends exit-signal, which paramiko drops).
+        if how == "closed":
+            # The session ended before the command did: the connection broke, or the shell
+            # itself was killed (sshd then sends exit-signal, which paramiko drops), or the
+            # login shell did not run our script (then its exit status is the answer).
             if self._closed:
                 raise self._closed_error(argv)
             if not conn.alive():
                 self._drop(conn)
                 what = f"lost the SSH connection to {self._label()} while running `{shlex.join(argv)}`"
                 raise Unreachable(self.host, what)
-            status = 255  # what ssh(1) reports for a remote command killed by a signal
-        if not finished and status is None:
+            if status is None:
+                status = 255  # what ssh(1) reports for a remote command killed by a signal
+        if how == "timeout":
             return CommandResult(argv, None, _text(out), _text(err), duration, timed_out=True)
         return CommandResult(argv, status, _text(out), _text(err), duration)
 
+    def _idle_session(self, conn: _Connection) -> _Session | None:
+        with self._lock:
+            while self._idle:
+                session = self._idle.pop()
+                if session.chan.get_transport() is conn.transport and session.usable():
+                    return session
+                _end(session.chan)
+        return None
+
     def read(self, path: str, *, timeout: float) -> str:
-        result = self.run(["cat", "--", path], timeout=timeout)
+        argv = ("cat", "--", path)
+        result = self._request(argv, ("cc_run", *argv), timeout, scan=False)  # our `cat` leaves nothing behind
         if result.timed_out:
             raise CommandTimeout(self.host, f"reading {path} did not finish within {timeout:g} s (a hung filesystem?)")
         if result.exit_code == 0:
@@ -269,40 +363,29 @@ class SSHTransport:
         raise HostError(self.host, f"cannot read {path}: {detail or f'cat exited {result.exit_code}'}")
 
     def read_many(self, paths: Sequence[str], *, timeout: float) -> dict[str, str | None]:
-        """Several files in one command (one SSH session instead of one per file).
+        """Several files in one request: one `head -v` for all of them, run by the session's
+        shell (no session, no `sh`, no `cat` per file). Only for files that never block
+        (kernel pseudo-files, /etc): the read runs without the remote `timeout` backstop
+        (the client's deadline still holds).
 
-        Returns {path: text, or None when absent}; a path it could not read either way
-        (permission denied, not a regular file) is left out, for read() to report.
+        Each path is sent as an equivalent spelling with a random run of "/." and "/" in
+        front ("/././/./proc/meminfo"), so that head's "==> NAME <==" lines cannot be forged
+        by what a file holds. Returns {path: text, or None when absent}; a path it could not
+        read either way (permission denied, not a regular file, or any surprise in the
+        answer) is left out, for read() to report.
         """
-        mark = f"@@cc-{secrets.token_hex(6)}@@"
-        script = (
-            'for f; do if [ -f "$f" ] && [ -r "$f" ]; then printf "%s+ %s\\n" "$0" "$f"; cat -- "$f"; '
-            'printf "\\n%s-\\n" "$0"; elif [ ! -e "$f" ]; then printf "%s0 %s\\n" "$0" "$f"; fi; done'
-        )
-        result = self.run(["sh", "-c", script, mark, *paths], timeout=timeout)
-        if not result.ok:
+        spelled: dict[str, str] = {}
+        for path in paths:
+            if path.startswith("/") and "\n" not in path and path not in spelled:
+                spelled[path] = "/." + "".join(secrets.choice(("/.", "/")) for _ in range(40)) + path
+        if not spelled:
             return {}
-        found: dict[str, str | None] = {}
-        text = result.stdout
-        pos = 0
-        while True:
-            start = text.find(mark, pos)
-            if start < 0:
-                break
-            line_end = text.find("\n", start)
-            if line_end < 0:
-                break
-            kind, path = text[start + len(mark) : line_end][:1], text[start + len(mark) + 2 : line_end]
-            if kind == "0":
-                found[path] = None
-                pos = line_end + 1
-                continue
-            end = text.find(f"\n{mark}-\n", line_end + 1)
-            if kind != "+" or end < 0:
-                break
-            found[path] = text[line_end + 1 : end]
-            pos = end + len(mark) + 3
-        return found
+        argv = ("read", *spelled)
+        cap = str(output_limit() + 1)
+        result = self._request(argv, ("cc_files", cap, *spelled.values()), timeout, scan=False)
+        if result.timed_out or result.exit_code is None:
+            return {}
+        return _parse_files(result.stdout, spelled)
 
     def probe(self, name: str, *, timeout: float) -> Any:
         return get_probe(name).remote(self, timeout)
@@ -314,8 +397,11 @@ class SSHTransport:
         for thing in list(self._pending):  # paramiko transports and sockets: closing is thread-safe
             with contextlib.suppress(Exception):
                 thing.close()
-        for chan in list(self._channels):
-            _end(chan)
+        with self._lock:
+            sessions = [*self._busy, *self._idle]
+            self._idle.clear()
+        for session in sessions:
+            _end(session.chan)
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
@@ -441,77 +527,130 @@ def _end(chan: paramiko.Channel) -> None:
             step()
 
 
-def _collect(
-    chan: paramiko.Channel, marker: bytes, deadline: float, limit: int
-) -> tuple[bytes, bytes, int | None, int | None, bool, bool]:
-    """Read stdout and stderr together until EOF and exit status, the deadline, or the cap.
+def _parse_files(text: str, spelled: dict[str, str]) -> dict[str, str | None]:
+    """cc_files' answer: "0 SPELLING" lines for absent files, an empty line, then
+    `head -v`'s "==> SPELLING <==" blocks (a newline before each block after the first)."""
+    found: dict[str, str | None] = {}
+    back = {v: k for k, v in spelled.items()}
+    head, sep, body = text.partition("\n\n") if not text.startswith("\n") else ("", "\n", text[1:])
+    if not sep:
+        return {}
+    for line in head.splitlines():
+        name = back.get(line[2:]) if line.startswith("0 ") else None
+        if name is None:
+            return {}
+        found[name] = None
+    order = [(back[s], s) for s in re.findall(r"^==> (.*) <==$", body, re.MULTILINE) if s in back]
+    pos = 0
+    for i, (path, s) in enumerate(order):
+        header = f"==> {s} <==\n"
+        if not body.startswith(header, pos):
+            return found
+        start = pos + len(header)
+        if i + 1 < len(order):
+            end = body.find(f"\n==> {order[i + 1][1]} <==\n", start)
+            if end < 0:
+                return found
+            found[path], pos = body[start:end], end + 1
+        else:
+            found[path] = body[start:]
+    return found
 
-    Returns (stdout, stderr, session id, exit status, finished, cut). `finished` is False
-    when the deadline came first; the exit status is None when none came; `cut` is True
-    when stdout and stderr together passed `limit` bytes (the rest is not kept).
-    """
-    out = bytearray()
-    err = bytearray()
-    head: bytearray | None = bytearray()  # stdout until the marker line; None once found
-    sid: int | None = None
-    poller = select.poll()  # not select(): a big fleet can hold fds above FD_SETSIZE
-    poller.register(chan.fileno(), select.POLLIN)  # one pipe: data on either stream, or EOF
-    quiet_since: float | None = None
-    while True:
-        got = False
-        while chan.recv_ready():
-            data = chan.recv(_CHUNK)
-            got = True
-            if head is None:
+
+def _sh_word(word: str) -> str:
+    """`word` quoted for the session's sh on one line: a newline becomes "$cc_nl"."""
+    return '"$cc_nl"'.join(shlex.quote(part) for part in word.split("\n"))
+
+
+class _Session:
+    """One `exec /bin/sh -s` channel that runs a host's commands one after the other."""
+
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self.chan = chan
+        self.nonce = secrets.token_hex(8)  # the processes' mark, cc-NONCE (in their environment)
+        self.end = secrets.token_hex(8)  # the end-of-reply token (in no process' environment)
+        self.seq = 0
+        self.head: bytearray | None = bytearray()  # stdout until the session's first line; None once seen
+
+    def usable(self) -> bool:
+        c = self.chan
+        return not (c.closed or c.eof_received or c.exit_status_ready())
+
+    def drain(self) -> None:
+        """Drop what arrived between two replies (a process the watcher has not killed yet)."""
+        while self.chan.recv_ready():
+            self.chan.recv(_CHUNK)
+        while self.chan.recv_stderr_ready():
+            self.chan.recv_stderr(_CHUNK)
+
+    def reply(self, rid: int, deadline: float, limit: int) -> tuple[bytes, bytes, int | None, str]:
+        """Read request `rid`'s stdout and stderr up to their end lines, the deadline, the cap,
+        or the end of the channel. Returns (stdout, stderr, exit status, how): how is "done",
+        "timeout", "cut" (stdout and stderr together passed `limit` bytes) or "closed" (the
+        channel ended first; the exit status is the channel's, None when none came)."""
+        chan = self.chan
+        out = bytearray()
+        err = bytearray()
+        out_mark = b"\n%s-%d " % (self.end.encode(), rid)
+        err_mark = b"\n%s-%d\n" % (self.end.encode(), rid)
+        hello = self.nonce.encode() + b":"
+        out_at = err_at = -1  # where the end lines start, once seen
+        status: int | None = None
+        out_seen = err_seen = 0  # how far the end lines were looked for
+        slack = 2 * (len(out_mark) + 16)
+        poller = select.poll()  # not select(): a big fleet can hold fds above FD_SETSIZE
+        poller.register(chan.fileno(), select.POLLIN)  # one pipe: data on either stream, or EOF
+        while True:
+            while chan.recv_ready():
+                data = chan.recv(_CHUNK)
+                if self.head is not None:
+                    self.head += data
+                    at = self.head.find(hello)
+                    nl = self.head.find(b"\n", at) if at >= 0 else -1
+                    if nl >= 0:  # what a noisy rc file printed before it is dropped
+                        data, self.head = bytes(self.head[nl + 1 :]), None
+                    elif len(self.head) > _HEAD_LIMIT:  # not our script's output: keep it all
+                        data, self.head = bytes(self.head), None
+                    else:
+                        continue
                 out += data
-                if len(out) + len(err) > limit:
-                    return bytes(out), bytes(err), sid, None, False, True
-                continue
-            head += data
-            at = head.find(marker + b":")
-            if at >= 0:
-                nl = head.find(b"\n", at)
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(_CHUNK)
+            if out_at < 0 and len(out) > out_seen:
+                out_at = out.find(out_mark, max(out_seen - len(out_mark), 0))
+                out_seen = len(out)
+            if out_at >= 0 and status is None:
+                nl = out.find(b"\n", out_at + len(out_mark))
                 if nl >= 0:
-                    with contextlib.suppress(ValueError):
-                        sid = int(head[at + len(marker) + 1 : nl])
-                    out += head[nl + 1 :]
-                    head = None
-            elif len(head) > _HEAD_LIMIT:  # no marker in sight: not our wrapper's output; stop looking
-                out += head
-                head = None
-        while chan.recv_stderr_ready():
-            data = chan.recv_stderr(_CHUNK)
-            got = True
-            err += data
-            if len(out) + len(err) > limit:
-                return bytes(out), bytes(err), sid, None, False, True
-        now = time.monotonic()
-        if chan.eof_received or chan.closed:
-            if chan.recv_ready() or chan.recv_stderr_ready():
-                continue
-            if head:
-                out[:0] = head  # no marker: the login shell did not run our wrapper; keep all
-            chan.status_event.wait(max(deadline - time.monotonic(), 0.0))
-            if chan.status_event.is_set():
-                status = chan.exit_status if chan.exit_status != -1 else None
-                return bytes(out), bytes(err), sid, status, True, False
-            return bytes(out), bytes(err), sid, None, False, False
-        if chan.status_event.is_set() and chan.exit_status != -1:
-            # It exited, but something it left behind still holds stdout or stderr open.
-            if got or quiet_since is None:
-                quiet_since = now
-            elif now - quiet_since >= _EOF_GRACE_S or now >= deadline:
-                if head:
-                    out[:0] = head
-                return bytes(out), bytes(err), sid, chan.exit_status, False, False
-        elif now >= deadline:
-            if head:
-                out[:0] = head
-            return bytes(out), bytes(err), sid, None, False, False
-        wait = min(deadline - now, _STATUS_POLL_S)  # an exit status alone does not wake poll()
-        if quiet_since is not None:
-            wait = min(wait, _EOF_GRACE_S - (now - quiet_since))
-        poller.poll(max(math.ceil(wait * 1000), 0))
+                    try:
+                        status = int(out[out_at + len(out_mark) : nl])
+                    except ValueError:
+                        status = 255
+            if err_at < 0 and len(err) > err_seen:
+                err_at = err.find(err_mark, max(err_seen - len(err_mark), 0))
+                err_seen = len(err)
+            if status is not None and err_at >= 0:
+                out, err = out[:out_at], err[:err_at]
+                if len(out) + len(err) > limit:
+                    return bytes(out), bytes(err), None, "cut"
+                return bytes(out), bytes(err), status, "done"
+            if len(out) + len(err) > limit + slack:
+                return bytes(out), bytes(err), None, "cut"
+            if chan.eof_received or chan.closed:
+                if chan.recv_ready() or chan.recv_stderr_ready():
+                    continue
+                if self.head:
+                    out[:0] = self.head  # the login shell did not run our script: its output is the answer
+                    self.head = None
+                chan.status_event.wait(max(min(deadline - time.monotonic(), 1.0), 0.0))
+                code = chan.exit_status if chan.status_event.is_set() and chan.exit_status != -1 else None
+                return bytes(out), bytes(err), code, "closed"
+            now = time.monotonic()
+            if now >= deadline:
+                if self.head:
+                    out[:0] = self.head
+                return bytes(out), bytes(err), None, "timeout"
+            poller.poll(max(math.ceil(min(deadline - now, _POLL_S) * 1000), 0))
 
 
 def _describe(exc: BaseException) -> str:
