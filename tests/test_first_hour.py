@@ -138,3 +138,73 @@ def test_checks_never_cuts_check_ids_and_honours_columns_when_piped() -> None:
         assert "…" not in out, columns
         words = set(out.replace("│", " ").replace("┃", " ").split())
         assert set(ids) <= words, (columns, set(ids) - words)
+
+
+# -- mistakes caught before the work (issue 15) --------------------------------------------------
+
+
+def test_output_paths_that_cannot_be_written_are_refused_before_any_host_is_contacted(tmp_path: Path) -> None:
+    # port 1 on loopback refuses: had a host been contacted, the report would say so after the run
+    ssh = ("--ssh", "127.0.0.1", "--port", "1", "--ssh-config", "/dev/null")
+    cases = {
+        tmp_path / "missing-dir" / "out.json": "there is no folder",
+        tmp_path: "is a folder",
+        Path("/proc/clustercheck-report.json"): "cannot write in /proc",  # unwritable even for root
+    }
+    for output, why in cases.items():
+        for args in (ssh, ("--local", "--profile", "prolog-cpu"), ("--replay", DEMO)):
+            proc = cli("run", *args, "-f", "json", "-o", output)
+            assert proc.returncode == 64, (args, output, proc.stderr)
+            assert f"-o {output}: {why}" in proc.stderr, proc.stderr
+            assert proc.stdout == "" and "refused" not in proc.stderr and "internal error" not in proc.stderr
+            assert ".out.json." not in proc.stderr  # no temporary file's name
+    assert not (tmp_path / "missing-dir").exists()
+    # the same check on the bounded (--timeout) run, and the plain ones still write
+    timed = cli("run", "--replay", DEMO, "--timeout", "30", "-o", tmp_path / "nope" / "r.json")
+    assert timed.returncode == 64 and "there is no folder" in timed.stderr
+    good = cli("run", "--replay", DEMO, "-f", "json", "-o", tmp_path / "r.json")
+    assert good.returncode == 2 and json.loads((tmp_path / "r.json").read_text())["summary"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # the probe left nothing
+    assert cli("run", "--replay", DEMO, "-o", "/dev/null").returncode == 2
+
+
+def test_record_out_an_existing_file_and_bad_ssh_options_are_usage_errors(tmp_path: Path) -> None:
+    existing = tmp_path / "fixture"
+    existing.write_text("mine\n")
+    proc = cli("record", "--local", "--profile", "prolog-cpu", "--out", existing)
+    assert proc.returncode == 64 and f"--out {existing}: exists and is not a folder" in proc.stderr, proc.stderr
+    assert existing.read_text() == "mine\n"
+    for command in (("run",), ("record", "--profile", "base", "--out", tmp_path / "new")):
+        config = cli(*command, "--ssh", "127.0.0.1", "--ssh-config", tmp_path / "no-config")
+        assert config.returncode == 64 and f"--ssh-config {tmp_path / 'no-config'}: no such file" in config.stderr
+        port = cli(*command, "--ssh", "127.0.0.1", "--port", "twenty-two")
+        assert port.returncode == 64 and "'--port'" in port.stderr and "Traceback" not in port.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fixture"]
+
+
+CRASHING_SITE_MODULE = """\
+# Stands for a bug in clustercheck's own code: the table renderer raises.
+import clustercheck.formats
+
+
+def _broken(*args, **kwargs):
+    raise RuntimeError("renderer bug")
+
+
+clustercheck.formats.render = _broken
+"""
+
+
+def test_debug_never_changes_the_exit_code_and_the_hint_puts_debug_first(tmp_path: Path) -> None:
+    (tmp_path / "crash").mkdir()
+    (tmp_path / "crash" / "boom.py").write_text(CRASHING_SITE_MODULE)
+    for extra in ((), ("--timeout", "30")):
+        plain = cli("run", "--replay", DEMO, "--checks", tmp_path / "crash", *extra)
+        assert plain.returncode == 70, plain.stderr
+        assert "internal error: RuntimeError: renderer bug" in plain.stderr
+        assert "(run `clustercheck --debug run ...` for the traceback)" in plain.stderr
+        debug = cli("--debug", "run", "--replay", DEMO, "--checks", tmp_path / "crash", *extra)
+        assert debug.returncode == 70, debug.stderr
+        assert "Traceback (most recent call last)" in debug.stderr and "RuntimeError: renderer bug" in debug.stderr
+    local = cli("run", "--local", "--profile", "prolog-cpu", "--checks", tmp_path / "crash")  # the fast path
+    assert local.returncode == 70 and "clustercheck --debug run ..." in local.stderr

@@ -270,8 +270,8 @@ def _check_record_out(out: Path, force: bool) -> None:
         if empty:
             return
     if not force:
-        kind = "folder is not empty (an older recording?)" if out.is_dir() else "exists and is not a folder"
-        raise UsageError(f"--out {out}: the {kind}; record into a new folder, or pass --force to replace it whole")
+        kind = "the folder is not empty (an older recording?)" if out.is_dir() else "exists and is not a folder"
+        raise UsageError(f"--out {out}: {kind}; record into a new folder, or pass --force to replace it whole")
 
 
 def _empty(folder: Path) -> bool:

@@ -96,23 +96,56 @@ def recorded_profile(transports: Sequence[Any]) -> str:
     return str(refs.pop())
 
 
+def check_output(output: Path | None, option: str = "-o") -> None:
+    """Refuse an output path that cannot be written, before any host is contacted (exit 64).
+
+    What write_output will do is tried here: a file of its own beside the report (made and
+    removed), or, for /dev/null or a FIFO, opening it for writing is left to the end.
+    """
+    if output is None:
+        return
+    if output.is_dir():
+        raise UsageError(f"{option} {output}: is a folder; name the report's file, e.g. {output / 'report.json'}")
+    if output.exists() and not output.is_file():  # /dev/null, a FIFO: written into at the end
+        if not os.access(output, os.W_OK):
+            raise UsageError(f"{option} {output}: cannot be written (permission denied)")
+        return
+    folder = output.parent if str(output.parent) else Path(".")
+    if not folder.exists():
+        raise UsageError(f"{option} {output}: there is no folder {folder} (make it first, e.g. mkdir -p {folder})")
+    if not folder.is_dir():
+        raise UsageError(f"{option} {output}: {folder} is not a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=folder)
+    except OSError as exc:
+        raise UsageError(f"{option} {output}: cannot write in {folder}: {exc.strerror or exc}") from None
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
+
+
 def write_output(render: Callable[[TextIO], None], output: Path | None) -> None:
     """Render to stdout, or atomically to a file (a textfile collector must never read half a file)."""
     if output is None:
         render(sys.stdout)
         sys.stdout.flush()
         return
-    if output.exists() and not output.is_file():  # /dev/null, a FIFO: write into it, never replace it
-        with output.open("w", encoding="utf-8") as out:
-            render(out)
-        return
-    folder = output.parent if str(output.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=folder)
+    try:
+        if output.exists() and not output.is_file():  # /dev/null, a FIFO: write into it, never replace it
+            with output.open("w", encoding="utf-8") as out:
+                render(out)
+            return
+        folder = output.parent if str(output.parent) else Path(".")
+        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=folder)
+    except OSError as exc:  # checked before the run; the folder changed since
+        raise ClusterCheckError(f"-o {output}: cannot write the report: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             render(out)
         os.chmod(tmp, 0o644)
         os.replace(tmp, output)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ClusterCheckError(f"-o {output}: cannot write the report: {exc.strerror or exc}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -148,6 +181,7 @@ def execute_run(
     from clustercheck import profile as profiles
 
     formats.check_view(fmt, by=by, all_hosts=all_hosts)  # before any host is contacted
+    check_output(output)
     prof = profiles.load(profile or recorded_profile(transports), extra_check_dirs=checks_dirs)
     stream = fmt == "jsonl" and output is None  # each host's lines as soon as it is done
     progress = None
@@ -352,14 +386,28 @@ def guarded(body: Callable[[], None]) -> int:
         print(f"clustercheck: error: {exc}", file=sys.stderr)
         return int(ExitCode.ERROR)
     except Exception as exc:
-        if state.debug:
-            raise
+        if state.debug:  # the traceback, and the same exit code: --debug never changes what a run means
+            import traceback
+
+            traceback.print_exc()
+            print(f"clustercheck: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 70
         print(
-            f"clustercheck: internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+            f"clustercheck: internal error: {type(exc).__name__}: {exc} (run `{_debug_command()}` for the traceback)",
             file=sys.stderr,
         )
         return 70
     return state.exit_code
+
+
+_command: list[str] = []  # main()'s arguments, for the --debug hint
+
+
+def _debug_command() -> str:
+    """The command line again with --debug in its place, before the subcommand."""
+    words = [a for a in _command if a != "--debug"]
+    sub = next((a for a in words if not a.startswith("-")), None)
+    return f"clustercheck --debug {sub} ..." if sub else "clustercheck --debug ..."
 
 
 def _dispatch(args: list[str]) -> None:
@@ -378,4 +426,5 @@ def _dispatch(args: list[str]) -> None:
 def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point: run the command and map everything to a documented exit code."""
     args = sys.argv[1:] if argv is None else argv
+    _command[:] = args
     sys.exit(guarded(lambda: _dispatch(args)))
