@@ -124,3 +124,32 @@ def test_redacted_hosts_get_one_alias_each_and_replay_as_a_cluster(sshd: SSHServ
     replay = cli("run", "--replay", out, "-f", "json")
     assert replay.returncode == 0, replay.stderr
     assert sorted(json.loads(replay.stdout)["hosts"]) == ["redacted-host-1", "redacted-host-2"]
+
+
+def test_recording_an_unreachable_host_exits_as_run_would_and_writes_no_fixture(
+    sshd: SSHServer, tmp_path: Path
+) -> None:
+    """It exited 0 and left a fixture folder of nothing but the connection error."""
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        sshd.ssh_config.read_text()
+        + "\nHost deadnode\n  HostName 127.0.0.1\n  Port 1\n"  # port 1 on loopback refuses
+        + f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile {sshd.known_hosts}\n"
+    )
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  node.kernel:\n  node.memory: {min_total: 1MiB}\n")
+    alone = tmp_path / "alone"
+    rec = cli("record", "--ssh", "deadnode", "--ssh-config", config, "-p", profile, "--out", alone)
+    ran = cli("run", "--ssh", "deadnode", "--ssh-config", config, "-p", profile)
+    assert rec.returncode == ran.returncode == 3, (rec.stderr, ran.stdout)
+    assert "not recorded: deadnode could not be reached" in rec.stderr and "connection refused" in rec.stderr
+    assert not alone.exists() and list(tmp_path.glob(".alone.*")) == []
+    # with a host that answers: it is recorded, the other is not, and the exit says so
+    cluster = tmp_path / "cluster"
+    both = cli("record", "--ssh", f"{sshd.alias},deadnode", "--ssh-config", config, "-p", profile, "--out", cluster)
+    assert both.returncode == 3, both.stderr
+    assert sorted(p.name for p in cluster.iterdir()) == [sshd.alias]
+    assert f"recorded {sshd.alias} into {cluster / sshd.alias}" in both.stderr
+    replay = cli("run", "--replay", cluster, "-f", "json")
+    assert replay.returncode == 0, replay.stderr
+    assert sorted(json.loads(replay.stdout)["hosts"]) == [sshd.alias]

@@ -198,6 +198,7 @@ def record(
 
     from clustercheck import formats, runner
     from clustercheck import profile as profiles
+    from clustercheck.analyzers.fleet import is_unreachable
     from clustercheck.transports.fixture import RecordingTransport
 
     if profile is None:
@@ -234,24 +235,35 @@ def record(
             for t, name in zip(inner, names or [""], strict=False)
         ]
         report = runner.run_profile(prof, recorders, version=__version__, jobs=jobs, command_timeout=command_timeout)
-        for recorder, host in zip(recorders, report.hosts, strict=True):
+        # A host that could not be reached recorded nothing a replay could stand for: no fixture.
+        reached = [(r, h) for r, h in zip(recorders, report.hosts, strict=True) if not is_unreachable(h)]
+        for recorder, host in reached:
             expect = {c.id: c.status.value for c in host.checks}
             recorder.write_manifest(profile=profile, version=__version__, note=note, expect=expect)
+        for recorder, host in zip(recorders, report.hosts, strict=True):
+            if is_unreachable(host) and names and recorder.out.exists():
+                shutil.rmtree(recorder.out)
         umask = os.umask(0)
         os.umask(umask)
-        for folder in [tmp, *(tmp / name for name in names)]:
+        for folder in [tmp, *(r.out for r, _ in reached if names)]:
             os.chmod(folder, 0o777 & ~umask)  # mkdtemp's 0700 was for while it was written
-        _put_in_place(tmp, out, force)
+        if reached:
+            _put_in_place(tmp, out, force)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     for recorder, host in zip(recorders, report.hosts, strict=True):
+        if is_unreachable(host):
+            print(f"not recorded: {host.host} could not be reached (no fixture written for it)", file=sys.stderr)
+            continue
         folder = out / recorder.out.relative_to(tmp)
         print(
             f"recorded {host.host} into {folder} (expect: what it got; edit note: and expect:)",
             file=sys.stderr,
         )
     formats.render(report, "table", sys.stderr)
+    if len(reached) < len(report.hosts):  # exits as `run` would: the recording is not what was asked
+        cli.state.exit_code = int(report.exit_code)
 
 
 def _check_record_out(out: Path, force: bool) -> None:
