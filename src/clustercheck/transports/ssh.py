@@ -674,7 +674,13 @@ def _load_config(path: str | None) -> paramiko.SSHConfig:
             with contextlib.suppress(OSError):
                 # "Host *" ends any block the user file left open; first value wins, as in ssh
                 text += "\nHost *\n" + _config_text(_SYSTEM_CONFIG, "/etc/ssh", 0)
-    return paramiko.SSHConfig.from_text(text)
+    config = _CONFIGS.get(text)
+    if config is None:  # parsed once per text, per process: every host of a fleet reads the same files
+        config = _CONFIGS[text] = paramiko.SSHConfig.from_text(text)
+    return config
+
+
+_CONFIGS: dict[str, paramiko.SSHConfig] = {}
 
 
 def _config_text(path: str, base: str, depth: int) -> str:
@@ -1027,7 +1033,7 @@ def _keys(t: _Target, tried: list[str]) -> Iterator[tuple[str, paramiko.PKey]]:
                 tried.append(f"{path}: no such file")
             continue
         try:
-            key = paramiko.PKey.from_path(path)
+            key = _load_key(path)
         except paramiko.PasswordRequiredException:
             tried.append(f"{path}: encrypted (add it to ssh-agent)")
             continue
@@ -1047,6 +1053,19 @@ def _keys(t: _Target, tried: list[str]) -> Iterator[tuple[str, paramiko.PKey]]:
     finally:
         if agent is not None:
             agent.close()
+
+
+_KEYS: dict[tuple[str, int, int, int], paramiko.PKey] = {}
+
+
+def _load_key(path: str) -> paramiko.PKey:
+    """A private key file, parsed once per file version, per process (not once per host)."""
+    st = os.stat(path)
+    stamp = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = _KEYS.get(stamp)
+    if key is None:
+        key = _KEYS[stamp] = paramiko.PKey.from_path(path)
+    return key
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -1100,11 +1119,15 @@ class _KnownHosts:
 
     def __init__(self, paths: list[str]) -> None:
         self.entries: list[_KnownKey] = []
+        self._found: dict[str, list[_KnownKey]] = {}
         for path in paths:
             self.entries.extend(_parse_known_hosts(path))
 
     def lookup(self, name: str) -> list[_KnownKey]:
-        return [e for e in self.entries if e.matches(name)]
+        found = self._found.get(name)
+        if found is None:
+            found = self._found[name] = [e for e in self.entries if e.matches(name)]
+        return found
 
     def key_types(self, name: str) -> list[str]:
         types: list[str] = []
