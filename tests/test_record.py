@@ -153,3 +153,61 @@ def test_recording_an_unreachable_host_exits_as_run_would_and_writes_no_fixture(
     replay = cli("run", "--replay", cluster, "-f", "json")
     assert replay.returncode == 0, replay.stderr
     assert sorted(json.loads(replay.stdout)["hosts"]) == [sshd.alias]
+
+
+def _rerecord_hint(proc: subprocess.CompletedProcess[str]) -> str:
+    for host in json.loads(proc.stdout)["hosts"].values():
+        for check in host["checks"]:
+            if "has no recording of" in check["summary"]:
+                return check["summary"].split("re-record it with `", 1)[1].split("`", 1)[0]
+    raise AssertionError(f"no re-record hint in {proc.stdout[:2000]}")
+
+
+def test_the_rerecord_hint_is_a_command_that_works_from_the_current_folder(tmp_path: Path) -> None:
+    """It said `--ssh gpu001` for a local recording, and the fixture's profile path relative to the
+    fixture (`--profile ../site-profile.yaml`), which fails from anywhere but inside the fixture."""
+    import shlex
+    import shutil
+
+    cluster = tmp_path / "cluster"
+    cluster.mkdir()
+    shutil.copytree(REPO / "fixtures" / "demo-cluster" / "gpu001", cluster / "gpu001")
+    shutil.copy(REPO / "fixtures" / "demo-cluster" / "site-profile.yaml", cluster)
+    (cluster / "gpu001" / "files" / "proc" / "meminfo").unlink()  # what a newer check reads, say
+    replay = cli("run", "--replay", "cluster/gpu001", "-f", "json", cwd=tmp_path)
+    hint = _rerecord_hint(replay)
+    assert "it was recorded there with --local" in replay.stdout
+    assert hint == "clustercheck record --profile cluster/site-profile.yaml --local --force --out cluster/gpu001"
+    # pasted from here, it records (this node, locally), and the new fixture replays from here too
+    words = shlex.split(hint)
+    assert words[0] == "clustercheck"
+    rerecord = cli(*words[1:], cwd=tmp_path)
+    assert rerecord.returncode == 0, rerecord.stderr
+    assert yaml.safe_load((cluster / "gpu001" / "fixture.yaml").read_text())["profile"] == "../site-profile.yaml"
+    again = cli("run", "--replay", "cluster/gpu001", "-f", "json", cwd=tmp_path)
+    assert again.returncode in (0, 1, 2, 3) and "has no recording of the file /proc/meminfo" not in again.stdout
+    # the profile in use, not the fixture's, as the user named it, with its --checks folders
+    (cluster / "gpu001" / "files" / "proc" / "meminfo").unlink()
+    (tmp_path / "mine.yaml").write_text("checks:\n  node.memory: {min_total: 1MiB}\n")
+    (tmp_path / "site").mkdir()
+    args = ("--replay", cluster / "gpu001", "-p", "mine.yaml", "--checks", "site", "-f", "json")
+    other = cli("run", *args, cwd=tmp_path)
+    assert _rerecord_hint(other) == (
+        f"clustercheck record --profile mine.yaml --checks site --local --force --out {cluster / 'gpu001'}"
+    )
+
+
+def test_the_rerecord_hint_of_an_ssh_recording_names_the_host(sshd: SSHServer, tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  node.kernel:\n")
+    args = ("--ssh", sshd.alias, "--ssh-config", sshd.ssh_config, "-p", "p.yaml", "--out", "fx")
+    rec = cli("record", *args, cwd=tmp_path)
+    assert rec.returncode == 0, rec.stderr
+    (tmp_path / "more.yaml").write_text("checks:\n  node.kernel:\n  node.memory: {min_total: 1MiB}\n")
+    replay = cli("run", "--replay", "fx", "-p", "more.yaml", "-f", "json", cwd=tmp_path)
+    hint = _rerecord_hint(replay)
+    assert hint == f"clustercheck record --profile more.yaml --ssh {sshd.alias} --force --out fx"
+    # ~/.ssh/config would name the test server's port and key; here the test's own config does
+    rerecord = cli(*hint.split()[1:], "--ssh-config", sshd.ssh_config, cwd=tmp_path)
+    assert rerecord.returncode == 0, rerecord.stderr
+    assert cli("run", "--replay", "fx", "-p", "more.yaml", cwd=tmp_path).returncode == 0

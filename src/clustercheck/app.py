@@ -239,7 +239,10 @@ def record(
         reached = [(r, h) for r, h in zip(recorders, report.hosts, strict=True) if not is_unreachable(h)]
         for recorder, host in reached:
             expect = {c.id: c.status.value for c in host.checks}
-            recorder.write_manifest(profile=profile, version=__version__, note=note, expect=expect)
+            where = out / recorder.out.relative_to(tmp)  # the fixture's folder once in place
+            recorder.write_manifest(
+                profile=_profile_from(where, profile), version=__version__, note=note, expect=expect
+            )
         for recorder, host in zip(recorders, report.hosts, strict=True):
             if is_unreachable(host) and names and recorder.out.exists():
                 shutil.rmtree(recorder.out)
@@ -264,6 +267,17 @@ def record(
     formats.render(report, "table", sys.stderr)
     if len(reached) < len(report.hosts):  # exits as `run` would: the recording is not what was asked
         cli.state.exit_code = int(report.exit_code)
+
+
+def _profile_from(fixture: Path, ref: str) -> str:
+    """The manifest's profile: a file's path relative to the fixture folder (how replay reads it)."""
+    path = Path(ref)
+    try:
+        if not path.is_file():
+            return ref  # a bundled name
+        return os.path.relpath(path.resolve(), fixture.resolve())
+    except (OSError, ValueError):
+        return ref
 
 
 def _check_record_out(out: Path, force: bool) -> None:

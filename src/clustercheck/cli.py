@@ -182,7 +182,12 @@ def execute_run(
 
     formats.check_view(fmt, by=by, all_hosts=all_hosts)  # before any host is contacted
     check_output(output)
-    prof = profiles.load(profile or recorded_profile(transports), extra_check_dirs=checks_dirs)
+    ref = profile or recorded_profile(transports)
+    prof = profiles.load(ref, extra_check_dirs=checks_dirs)
+    for t in transports:  # a replay's "re-record it with ..." hint names what this run uses
+        if hasattr(t, "profile_in_use"):
+            t.profile_in_use = _from_here(ref)
+            t.checks_in_use = tuple(str(d) for d in checks_dirs)
     stream = fmt == "jsonl" and output is None  # each host's lines as soon as it is done
     progress = None
     if len(transports) > 1 and any(t.kind != "replay" for t in transports):  # replays are instant
@@ -221,6 +226,18 @@ def execute_run(
     if not stream:
         write_output(lambda out: formats.render(report, fmt, out, verbose=verbose, by=by, all_hosts=all_hosts), output)
     state.exit_code = int(report.exit_code)
+
+
+def _from_here(ref: str) -> str:
+    """A profile path as the current folder reaches it (relative under it); a bundled name as it is."""
+    path = Path(ref)
+    try:
+        if not path.is_absolute() or not path.is_file():
+            return ref
+        relative = os.path.relpath(path)
+    except (OSError, ValueError):
+        return ref
+    return ref if relative.startswith("..") else relative
 
 
 _in_bounded_child = False

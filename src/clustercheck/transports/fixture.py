@@ -366,14 +366,53 @@ class ReplayTransport:
         self.fixture = fixture
         self.host = fixture.host
         self._read_total = 0
+        # What the run in progress uses, for the re-record hint (set by cli.execute_run): the
+        # profile as the user named it (a path relative to the current folder, or a bundled
+        # name) and its --checks folders. Without them, the fixture's own profile.
+        self.profile_in_use: str | None = None
+        self.checks_in_use: tuple[str, ...] = ()
+        self._rerecord: str | None = None
 
     def _missing(self, what: str) -> NotRecorded:
-        profile = self.fixture.profile or "PROFILE"
-        return NotRecorded(
-            self.host,
-            f"fixture {self.fixture.path} has no recording of {what}; re-record it with "
-            f"`clustercheck record --profile {profile} --ssh {self.host} --out {self.fixture.path}`",
-        )
+        if self._rerecord is None:
+            self._rerecord = self._rerecord_hint()
+        return NotRecorded(self.host, f"fixture {self.fixture.path} has no recording of {what}; {self._rerecord}")
+
+    def _rerecord_hint(self) -> str:
+        """A `clustercheck record` command that works when pasted from the current folder."""
+
+        def here(path: Path) -> str:  # relative to the current folder when under it, else absolute
+            try:
+                absolute = path.resolve()
+                relative = os.path.relpath(absolute)
+            except (OSError, ValueError):
+                return str(path)
+            return relative if not relative.startswith("..") else str(absolute)
+
+        profile = self.profile_in_use
+        if profile is None and self.fixture.profile is not None:
+            beside = self.fixture.path / self.fixture.profile  # a fixture's profile path is relative to it
+            try:
+                profile = here(beside) if beside.is_file() else self.fixture.profile
+            except (OSError, ValueError):
+                profile = self.fixture.profile
+        try:
+            meta = _load_yaml(self.fixture.path, (MANIFEST,))
+        except (FixtureError, OSError):
+            meta = None
+        transport = meta.get("transport") if isinstance(meta, dict) else None
+        redacted = self.host.startswith("redacted-host")
+        words = ["clustercheck", "record", "--profile", profile or "PROFILE"]
+        for folder in self.checks_in_use:
+            words += ["--checks", folder]
+        target = ["--local"] if transport == "local" or redacted else ["--ssh", self.host]
+        words += [*target, "--force", "--out", str(self.fixture.path)]
+        command = shlex.join(words)
+        if redacted:
+            return f"re-record it with `{command}` on the node it was recorded on (its name was redacted)"
+        if transport == "local":
+            return f"re-record it with `{command}` on {self.host} (it was recorded there with --local)"
+        return f"re-record it with `{command}`"
 
     def _read(self, parts: Sequence[str]) -> bytes | None:
         """A piece of the fixture, within what one host may read in all (MAX_HOST_BYTES)."""
