@@ -19,6 +19,15 @@ from dataclasses import dataclass
 
 from clustercheck import Host, Result, check, fact, fail, ok, skip, warn
 from clustercheck.errors import HostError
+from clustercheck.facts.slurm_conf import (
+    CONFIG_DIRS,
+    NEEDS,
+    ConfError,
+    locate,
+    parse_gres_conf,
+    parse_gres_gpus,
+    read_slurm_conf,
+)
 from clustercheck.probes.nvml import CLOCK_REASONS, Gpu, GpuRecord
 
 # -- the GPU record ------------------------------------------------------------------------
@@ -60,59 +69,8 @@ def _evidence(record: GpuRecord, gpus: Iterable[Gpu] = ()) -> list[str]:
 
 # -- the GPU count the node's own Slurm files give it -----------------------------------------------
 
-SLURM_DIRS = ("/etc/slurm", "/run/slurm/conf", "/var/spool/slurmd/conf-cache", "/etc/slurm-llnl")
-_MAX_INCLUDES = 16
-
-
-def _conf_lines(text: str) -> Iterable[tuple[int, str]]:
-    """(line number, logical line) of a Slurm config file: comments cut, `\\` continuations joined."""
-    pending, start = "", 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].rstrip()
-        if not pending:
-            start = number
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        yield start, (pending + line).strip()
-        pending = ""
-    if pending.strip():
-        yield start, pending.strip()
-
-
-def _params(line: str) -> dict[str, str]:
-    """KEY=VALUE words of one logical line, keys lower-cased (values may not hold blanks; sites
-    also write `NodeName = gpu[001-013]`, which slurmctld reads the same)."""
-    out: dict[str, str] = {}
-    flat = " ".join(line.split()).replace(" = ", "=").replace(" =", "=").replace("= ", "=")
-    for word in flat.split():
-        key, eq, value = word.partition("=")
-        if eq:
-            out[key.lower()] = value
-    return out
-
-
-def gres_gpus(value: str) -> int:
-    """GPUs in a Gres= value: `gpu:8`, `gpu:h100:8`, `gpu:a100:2(S:0),gpu:t4:1`, `gpu` (1)."""
-    total = 0
-    for part in value.split(","):
-        part = part.split("(", 1)[0].strip()
-        fields = part.split(":")
-        if fields[0].lower() != "gpu":
-            continue
-        last = fields[-1] if len(fields) > 1 else "1"
-        m = re.fullmatch(r"(\d{1,7})([kKmMgG]?)", last)
-        total += int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2).lower()] if m else 1
-    return total
-
-
-def _names(expression: str) -> list[str]:
-    from clustercheck.hostlist import expand
-
-    try:
-        return expand(expression)
-    except Exception:
-        return []
+# The config folders slurmd reads, then Debian's old one.
+SLURM_DIRS = (*CONFIG_DIRS, "/etc/slurm-llnl")
 
 
 def slurm_gpu_count(host: Host, dirs: tuple[str, ...] = SLURM_DIRS) -> tuple[int, str]:
@@ -121,74 +79,45 @@ def slurm_gpu_count(host: Host, dirs: tuple[str, ...] = SLURM_DIRS) -> tuple[int
 
     job = current_job()
     name = (job.node if job and job.node else "") or host.name.split(".")[0]
-
-    def read(path: str) -> str | None:
-        try:
-            return host.read_optional(path)
-        except HostError:  # not recorded in a fixture, unreadable: nothing to go by
-            return None
-
-    for folder in dirs:
-        conf = read(folder + "/slurm.conf")
-        if conf is None:
-            continue
-        defaults: dict[str, str] = {}
-        texts, seen = [(folder + "/slurm.conf", conf)], 0
-        while texts:
-            path, text = texts.pop(0)
-            for number, line in _conf_lines(text):
-                head = line.split(None, 1)
-                if head and head[0].lower() == "include" and len(head) > 1 and seen < _MAX_INCLUDES:
-                    seen += 1
-                    target = head[1].strip()
-                    target = target if target.startswith("/") else folder + "/" + target
-                    included = read(target)
-                    if included is not None:
-                        texts.insert(0, (target, included))
-                    continue
-                params = _params(line)
-                nodes = params.get("nodename")
-                if nodes is None:
-                    continue
-                if nodes.lower() == "default":
-                    defaults.update(params)
-                    continue
-                if name in _names(nodes):
-                    merged = {**defaults, **params}
-                    gpus = gres_gpus(merged.get("gres", ""))
-                    if gpus:
-                        return gpus, f"{path}:{number}: NodeName={nodes} Gres={merged['gres']}: {gpus} GPUs expected"
-                    gres = read(folder + "/gres.conf")
-                    listed = _gres_conf_gpus(gres or "", name)
-                    where = f"{path}:{number} gives {name} no gpu in Gres="
-                    if listed:
-                        return listed, f"{where}; {folder}/gres.conf lists {listed} GPUs for it: {listed} expected"
-                    return 0, f"{where} and gres.conf none: expected at least 1"
-        return 0, f"{folder}/slurm.conf has no NodeName line for {name}: expected at least 1"
-    return 0, f"no slurm.conf in {', '.join(dirs)}: expected at least 1"
-
-
-def _gres_conf_gpus(text: str, name: str) -> int:
-    total = 0
-    for _, line in _conf_lines(text):
-        params = _params(line)
-        if params.get("name", "").lower() != "gpu":
-            continue
-        if "nodename" in params and name not in _names(params["nodename"]):
-            continue
-        if "count" in params and params["count"].isdigit():
-            total += int(params["count"])
-        elif "file" in params:
-            total += len(_names(params["file"])) or 1
-        else:
-            total += 1
-    return total
+    try:
+        found = locate(host, dirs)
+    except (HostError, OSError):  # not recorded in a fixture, unreadable: nothing to go by
+        found = None
+    if found is None:
+        return 0, f"no slurm.conf in {', '.join(dirs)}: expected at least 1"
+    try:
+        folder, conf = read_slurm_conf(host, dirs)
+    except (HostError, OSError) as exc:  # a line slurmctld refuses, an include that cannot be read
+        return 0, f"cannot read the node's slurm.conf ({exc}): expected at least 1"
+    node = conf.nodes.get(name)
+    if node is None:
+        return 0, f"{conf.source} has no NodeName line for {name}: expected at least 1"
+    gres_value = node.params.get("gres", "")
+    where = f"{node.source}:{node.line}"
+    configured = parse_gres_gpus(gres_value)
+    if configured:
+        return configured, f"{where}: NodeName={name} Gres={gres_value}: {configured} GPUs expected"
+    gres_path = folder + "/gres.conf"
+    try:
+        text = host.read_optional(gres_path)
+    except (HostError, OSError):  # not recorded, unreadable: as if absent
+        text = None
+    try:
+        _, lines = parse_gres_conf(text or "", gres_path)
+    except ConfError as exc:  # slurmd refuses it too
+        lines = []
+        where += f" ({exc})"
+    listed = sum(g.gpus for g in lines if g.nodes is None or name in g.nodes)
+    where = f"{where} gives {name} no gpu in Gres="
+    if listed:
+        return listed, f"{where}; {gres_path} lists {listed} GPUs for it: {listed} expected"
+    return 0, f"{where} and gres.conf none: expected at least 1"
 
 
 # -- count, model -------------------------------------------------------------------------
 
 
-@check(needs=["probe nvml", "file /etc/slurm/slurm.conf (and its includes)", "file /etc/slurm/gres.conf"], timeout=20)
+@check(needs=["probe nvml", *NEEDS, "file /etc/slurm/gres.conf"], timeout=20)
 def count(host: Host, *, expected: int = 0, slurm_expected: bool = False) -> Result:
     """`expected` GPUs are visible and answer (0: at least one, or with `slurm_expected` what Slurm gives the node).
 

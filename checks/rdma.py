@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from clustercheck import Host, Result, Size, check, fact, fail, ok, skip, warn
 from clustercheck.errors import CommandTimeout, HostError
+from clustercheck.facts.slurm_conf import first_settings as parse_slurm_conf  # the forgiving lookup memlock needs
 from clustercheck.registry import human_size
 
 # -- model --------------------------------------------------------------------------------
@@ -635,25 +636,6 @@ def parse_limits(text: str, name: str = "Max locked memory") -> tuple[float, flo
     return None
 
 
-def parse_slurm_conf(text: str) -> dict[str, tuple[str, int]]:
-    """slurm.conf -> {lower-case key: (value, line number)}; `Key=Value` pairs, `#` comments.
-
-    Keys are case-insensitive in slurm.conf; one line may hold several pairs (node lines).
-    """
-    found: dict[str, tuple[str, int]] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        for m in _CONF_PAIR.finditer(line):
-            found.setdefault(m.group(1).lower(), (m.group(2).strip('"'), number))
-    return found
-
-
-# A key starts where no word character precedes it: without the look-behind, sre retried the
-# key at every position of a long word (`aaaa...` without `=`), quadratic in the line's length
-# (one 800 KB line held the interpreter lock past every budget).
-_CONF_PAIR = re.compile(r"(?<!\w)([A-Za-z]\w*)\s*=\s*(\"[^\"]*\"|\S+)")
-
-
 def memlock_propagated(conf: dict[str, tuple[str, int]]) -> tuple[bool, str]:
     """Whether jobs get MEMLOCK from the submitting shell, and why (SchedMD/slurm etc/slurm.conf.example).
 
@@ -780,7 +762,7 @@ PROBE_SCRIPT = "\n".join(
         "if command -v env >/dev/null 2>&1; then env; else export -p; fi | while IFS= read -r l; do "
         'l=${l#export }; case "$l" in NCCL_*|MELLANOX_*) printf \'%s\\n\' "$l";; esac; done',
         "echo '## nccl.conf'",
-        "[ -r /etc/nccl.conf ] && while IFS= read -r l || [ -n \"$l\" ]; do printf '%s\\n' \"$l\"; done < /etc/nccl.conf",
+        '[ -r /etc/nccl.conf ] && while IFS= read -r l || [ -n "$l" ]; do printf \'%s\\n\' "$l"; done < /etc/nccl.conf',
         "exit 0",
     ]
 )

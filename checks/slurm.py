@@ -15,75 +15,31 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import NamedTuple
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.analyzers.topology import (
-    ConfLine,
     Finding,
-    SlurmConf,
     Topology,
     TopologyError,
-    parse_gres_gpus,
-    parse_slurm_conf,
     parse_topology_conf,
     parse_topology_yaml,
     place,
-    read_conf_lines,
 )
 from clustercheck.errors import HostError
-from clustercheck.hostlist import MAX_NAME, SLURM_MAX_NAME, expand, fold
+from clustercheck.facts.slurm_conf import (
+    CONFIG_DIRS,
+    NEEDS,
+    ConfUnreadable,
+    locate,
+    parse_cgroup_conf,
+    parse_gres_conf,
+    parse_gres_gpus,
+    read_slurm_conf,
+)
+from clustercheck.hostlist import SLURM_MAX_NAME, expand, fold
 from clustercheck.result import Status, worst
 
-# /etc/slurm, then where a configless slurmd keeps its copy (as checks/rdma.py looks too)
-CONFIG_DIRS = ("/etc/slurm", "/run/slurm/conf", "/var/spool/slurmd/conf-cache")
-
-# -- reading the configuration -------------------------------------------------------------------
-
-
-def locate(host: Host, config_dirs: tuple[str, ...]) -> tuple[str, str] | None:
-    """(the first of `config_dirs` holding a slurm.conf, that file's text), or None."""
-
-    def gather(h: Host) -> tuple[str, str] | None:
-        for folder in config_dirs:
-            text = h.read_optional(posixpath.join(folder, "slurm.conf"))
-            if text is not None:
-                return folder, text
-        return None
-
-    return host.fact(f"slurm.dir:{config_dirs}", gather)
-
-
-def read_slurm_conf(host: Host, config_dirs: tuple[str, ...]) -> tuple[str, SlurmConf]:
-    """(the config folder, slurm.conf with its includes); HostError (`error`) when there is none."""
-
-    def gather(h: Host) -> tuple[str, SlurmConf]:
-        found = locate(h, config_dirs)
-        if found is None:
-            raise HostError(
-                h.name,
-                "cannot tell: no slurm.conf in " + ", ".join(config_dirs) + " (not a Slurm node? set config_dirs)",
-            )
-        folder, text = found
-        path = posixpath.join(folder, "slurm.conf")
-
-        def include(target: str) -> tuple[str, str]:
-            if any(c in target for c in "*?["):
-                raise HostError(h.name, f"cannot tell: {path} includes {target}, a pattern this check does not expand")
-            full = target if target.startswith("/") else posixpath.join(folder, target)
-            return full, h.read(full)
-
-        try:
-            return folder, parse_slurm_conf(text, path, include)
-        except TopologyError as exc:
-            raise _Unreadable(h.name, str(exc)) from None
-
-    return host.fact(f"slurm.conf:{config_dirs}", gather)
-
-
-class _Unreadable(HostError):
-    """A Slurm file slurmctld could not parse either: slurm.topology fails on it, naming file and
-    line; the other checks cannot tell (`error`)."""
+# -- reading the configuration (slurm.conf and its includes: clustercheck.facts.slurm_conf) ---------
 
 
 def read_topology(host: Host, config_dir: str) -> Topology | None:
@@ -99,7 +55,7 @@ def read_topology(host: Host, config_dir: str) -> Topology | None:
             text = h.read_optional(conf_path)
             return parse_topology_conf(text, conf_path) if text is not None else None
         except TopologyError as exc:
-            raise _Unreadable(h.name, str(exc)) from None
+            raise ConfUnreadable(h.name, str(exc)) from None
 
     return host.fact(f"topology:{config_dir}", gather)
 
@@ -122,7 +78,7 @@ def _findings_result(findings: list[Finding], ok_summary: str, data: dict[str, o
 
 @check(
     needs=[
-        "file /etc/slurm/slurm.conf (and its includes)",
+        *NEEDS,
         "file /etc/slurm/topology.yaml",
         "file /etc/slurm/topology.conf",
     ],
@@ -152,7 +108,7 @@ def topology(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Resul
     try:
         config_dir, conf = read_slurm_conf(host, config_dirs)
         topo = read_topology(host, config_dir)
-    except _Unreadable as exc:
+    except ConfUnreadable as exc:
         return fail(f"slurmctld cannot read it: {exc}", remedy="Fix the line named.")
     plugin = (conf.get("topologyplugin") or "").lower()
     data: dict[str, object] = {"plugin": plugin or None, "slurm_conf_nodes": len(conf.nodes)}
@@ -215,7 +171,7 @@ def topology(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Resul
 @check(
     needs=[
         "command printenv SLURM_JOB_NODELIST",
-        "file /etc/slurm/slurm.conf (where the configuration is)",
+        *NEEDS,
         "file /etc/slurm/topology.yaml",
         "file /etc/slurm/topology.conf",
     ],
@@ -256,7 +212,7 @@ def placement(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Resu
     config_dir = found[0]
     try:
         topo = read_topology(host, config_dir)
-    except _Unreadable as exc:
+    except ConfUnreadable as exc:
         return warn(f"cannot judge placement, the topology is unreadable: {exc}", remedy="See slurm.topology.")
     if topo is None:
         return skip(f"no topology.yaml or topology.conf in {config_dir}: Slurm places jobs without a topology")
@@ -289,20 +245,11 @@ def placement(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Resu
 # -- slurm.cgroup ---------------------------------------------------------------------------------------
 
 
-def parse_cgroup_conf(text: str, source: str = "cgroup.conf") -> dict[str, tuple[str, ConfLine]]:
-    """cgroup.conf -> {lower-case key: (value, the line)}; the last setting of a key wins."""
-    out: dict[str, tuple[str, ConfLine]] = {}
-    for cl in read_conf_lines(text, source):
-        for key, value in cl.pairs:
-            out[key.lower()] = (value, cl)
-    return out
-
-
 def _yes(value: str | None) -> bool:
     return (value or "").strip().lower() in ("yes", "true", "1")
 
 
-@check(needs=["file /etc/slurm/cgroup.conf", "file /etc/slurm/slurm.conf"], timeout=5)
+@check(needs=["file /etc/slurm/cgroup.conf", *NEEDS], timeout=5)
 def cgroup(
     host: Host,
     *,
@@ -377,55 +324,6 @@ def cgroup(
 # -- slurm.gres --------------------------------------------------------------------------------------------
 
 
-class GresLine(NamedTuple):
-    """A gres.conf line for GPUs: the nodes it applies to (None: all), its count and device files."""
-
-    line: int
-    nodes: tuple[str, ...] | None
-    gpus: int
-    files: tuple[str, ...]
-    type: str
-    autodetect: str | None
-
-
-def parse_gres_conf(text: str, source: str = "gres.conf") -> tuple[str | None, list[GresLine]]:
-    """gres.conf -> (the global AutoDetect, the GPU lines). TopologyError names a bad line."""
-    autodetect: str | None = None
-    lines: list[GresLine] = []
-    for cl in read_conf_lines(text, source):
-        name = cl.get("name")
-        detect = cl.get("autodetect")
-        nodes_expr = cl.get("nodename")
-        nodes = tuple(_expand(nodes_expr, cl.where)) if nodes_expr else None
-        if name is None:
-            if detect is not None and nodes is None:
-                autodetect = detect.lower()
-            elif detect is not None:
-                lines.append(GresLine(cl.line, nodes, 0, (), "", detect.lower()))
-            continue
-        if name.lower() != "gpu":
-            continue
-        file_expr = cl.get("file")
-        flat = tuple(_expand(file_expr, cl.where, max_name=MAX_NAME)) if file_expr else ()
-        count_text = cl.get("count")
-        if count_text is not None:
-            m = re.fullmatch(r"(\d+)([KMGTP]?)", count_text, re.IGNORECASE)
-            if not m:
-                raise TopologyError(f"{cl.where}: Count={count_text}: expected a number")
-            count = int(m.group(1)) * 1024 ** " KMGTP".index(m.group(2).upper() or " ")
-        else:
-            count = len(flat) if flat else 1
-        lines.append(GresLine(cl.line, nodes, count, flat, cl.get("type") or "", detect.lower() if detect else None))
-    return autodetect, lines
-
-
-def _expand(expression: str, where: str, *, max_name: int = SLURM_MAX_NAME) -> list[str]:
-    try:
-        return expand(expression, max_name=max_name)
-    except Exception as exc:
-        raise TopologyError(f"{where}: {exc}") from None
-
-
 def _gpus(n: int) -> str:
     return f"{n} GPU{'s' if n != 1 else ''}"
 
@@ -438,7 +336,7 @@ def parse_gpu_dirs(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if _PCI_RE.match(line.strip())]
 
 
-@check(needs=["file /etc/slurm/slurm.conf", "file /etc/slurm/gres.conf", "command ls /proc/driver/nvidia/gpus"])
+@check(needs=[*NEEDS, "file /etc/slurm/gres.conf", "command ls /proc/driver/nvidia/gpus"])
 def gres(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS, node_name: str = "") -> Result:
     """The GPU count slurm.conf and gres.conf give this node is the number of GPUs it really has.
 

@@ -3,17 +3,15 @@
 What this module owns (pure, host-free; `clustercheck topology` and `checks/slurm.py` are thin
 layers over it):
 
-- `read_conf_lines()`: Slurm's `Key=Value` file syntax (slurm.conf, topology.conf, gres.conf,
-  cgroup.conf): `#` comments, `\\` line continuations, case-insensitive keys, spaces around `=`
-  (as puppet-managed site files write them), quoted values, `Include FILE`.
+- Slurm's `Key=Value` file syntax and slurm.conf itself are read by `clustercheck.facts.slurm_conf`
+  (the one parser; `read_conf_lines`, `parse_slurm_conf`, `SlurmConf`, `parse_gres_gpus` are
+  re-exported here for `clustercheck topology --conf`).
 - `parse_topology_conf()` / `parse_topology_yaml()` -> `Topology`: switches (leaves hold nodes,
   upper switches hold switches) or blocks, with the findings slurmctld itself would log or die
   on, each naming the file and line (domain-facts §D.5; the checks mirror
   src/plugins/topology/tree/switch_record.c of SchedMD/slurm).
 - `place()`: for a node set (a job's SLURM_JOB_NODELIST), the leaf switches it spans, the least
   number of leaves that could hold that many nodes, the lowest common switch, and a verdict.
-- `parse_slurm_conf()`: the NodeName lines (hostlists, `NodeName=DEFAULT`, includes) and the
-  global parameters, for cross-checks with topology.conf and gres.conf.
 - `parse_ibnetdiscover()` -> `Fabric`, `fabric_topology()` (the tree the cables make, with HCAs
   mapped to Slurm node names), `render_topology_conf()` and `compare()` (topology.conf against
   the fabric: nodes under the wrong leaf, missing links).
@@ -25,11 +23,19 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from clustercheck.errors import UsageError
-from clustercheck.hostlist import SLURM_MAX_NAME, expand, fold
+from clustercheck.facts.slurm_conf import ConfError
+from clustercheck.facts.slurm_conf import ConfLine as ConfLine  # re-exported: the one parser lives there
+from clustercheck.facts.slurm_conf import NodeDef as NodeDef
+from clustercheck.facts.slurm_conf import SlurmConf as SlurmConf
+from clustercheck.facts.slurm_conf import _without_parentheses as _without_parentheses  # tests/safety pin it
+from clustercheck.facts.slurm_conf import expand_names as _expand
+from clustercheck.facts.slurm_conf import parse_gres_gpus as parse_gres_gpus
+from clustercheck.facts.slurm_conf import parse_slurm_conf as parse_slurm_conf
+from clustercheck.facts.slurm_conf import read_conf_lines as read_conf_lines
+from clustercheck.hostlist import SLURM_MAX_NAME, fold
 from clustercheck.result import Status, worst
 
 # Slurm: SwitchName "must be shorter than HOST_NAME_MAX (64)"; topology.yaml.5 "cannot be longer
@@ -39,8 +45,9 @@ MAX_SWITCH_NAME = 64
 MAX_DEPTH = 20
 
 
-class TopologyError(UsageError):
-    """A topology, slurm.conf, gres.conf or ibnetdiscover file that cannot be read: FILE:LINE: why."""
+# A topology, slurm.conf, gres.conf or ibnetdiscover file that cannot be read: FILE:LINE: why.
+# One error for every Slurm file: read_conf_lines() raises it for topology.conf as for slurm.conf.
+TopologyError = ConfError
 
 
 # Values are NamedTuples, not dataclasses: creating a dataclass costs ~0.5 ms at import, and
@@ -66,102 +73,6 @@ class Finding(NamedTuple):
 
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status.value, "message": self.message, "file": self.file, "line": self.line}
-
-
-# -- Slurm's Key=Value file syntax -----------------------------------------------------------------
-
-# Key, optional operator (Slurm accepts `+=`, `-=` in a few files), then a quoted or bare value.
-_PAIR_RE = re.compile(r'\s*([A-Za-z][A-Za-z0-9_.]*)\s*[-+*/]?=\s*(?:"([^"]*)"|([^\s"]+))')
-_INCLUDE_RE = re.compile(r"^\s*include\s+(\S.*?)\s*$", re.IGNORECASE)
-_BLANK_REST = re.compile(r"\s*\Z")
-
-
-class ConfLine(NamedTuple):
-    """One logical line of a Slurm config file: its `Key=Value` pairs in order."""
-
-    source: str
-    line: int  # the first physical line
-    pairs: tuple[tuple[str, str], ...]
-    include: str | None = None  # `Include FILE`
-
-    @property
-    def key(self) -> str:
-        """The first key, lower case: it says what the line defines (switchname, nodename ...)."""
-        return self.pairs[0][0].lower() if self.pairs else "include"
-
-    def get(self, key: str) -> str | None:
-        key = key.lower()
-        return next((v for k, v in self.pairs if k.lower() == key), None)
-
-    def keys(self) -> list[str]:
-        return [k.lower() for k, _ in self.pairs]
-
-    @property
-    def where(self) -> str:
-        return f"{self.source}:{self.line}"
-
-
-def read_conf_lines(text: str, source: str) -> list[ConfLine]:
-    """Slurm config text -> logical lines; TopologyError (FILE:LINE) for what is not `Key=Value`."""
-    out: list[ConfLine] = []
-    pending = ""
-    start = 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        body = _strip_comment(raw)
-        if not pending:
-            start = number
-        stripped = body.rstrip()
-        if stripped.endswith("\\"):  # continuation: Slurm joins the next physical line
-            pending += stripped[:-1] + " "
-            continue
-        logical, pending = pending + body, ""
-        if logical.strip():
-            out.append(_conf_line(logical, source, start))
-    if pending.strip():
-        out.append(_conf_line(pending, source, start))
-    return out
-
-
-def _strip_comment(line: str) -> str:
-    # `#` starts a comment unless escaped as `\#` (parse_config.c); the escape keeps a literal #.
-    out, i = [], 0
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\" and line[i + 1 : i + 2] == "#":
-            out.append("#")
-            i += 2
-            continue
-        if ch == "#":
-            break
-        out.append(ch)
-        i += 1
-    return "".join(out)
-
-
-def _conf_line(text: str, source: str, number: int) -> ConfLine:
-    m = _INCLUDE_RE.match(text)
-    if m and "=" not in text:
-        return ConfLine(source, number, (), include=m.group(1).strip('"'))
-    pairs: list[tuple[str, str]] = []
-    pos = 0
-    while pos < len(text):
-        if _BLANK_REST.match(text, pos):  # not text[pos:].strip(): that copies the rest per pair
-            break
-        pm = _PAIR_RE.match(text, pos)
-        if pm is None:
-            bad = text[pos : pos + 200].split()[0]
-            raise TopologyError(f"{source}:{number}: cannot read {bad[:80]!r}: expected Key=Value pairs")
-        value = pm.group(2) if pm.group(2) is not None else pm.group(3)
-        pairs.append((pm.group(1), value))
-        pos = pm.end()
-    return ConfLine(source, number, tuple(pairs))
-
-
-def _expand(expression: str, where: str, what: str) -> list[str]:
-    try:
-        return expand(expression, max_name=SLURM_MAX_NAME)
-    except UsageError as exc:
-        raise TopologyError(f"{where}: {what}: {exc}") from None
 
 
 # -- the topology model -------------------------------------------------------------------------------
@@ -874,133 +785,6 @@ def _top(topo: Topology, name: str) -> str:
         seen.add(parent)
         name = parent
     return name
-
-
-# -- slurm.conf ---------------------------------------------------------------------------------------
-
-
-class NodeDef(NamedTuple):
-    """A node as slurm.conf defines it: where, and its parameters (NodeName=DEFAULT merged in)."""
-
-    name: str
-    source: str
-    line: int
-    params: dict[str, str]
-
-
-class SlurmConf:
-    """The parts of slurm.conf clustercheck reads: global parameters and the nodes."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.params: dict[str, tuple[str, str, int]] = {}  # lower-case key -> (value, file, line)
-        self.nodes: dict[str, NodeDef] = {}
-        self.files: list[str] = []
-
-    def get(self, key: str) -> str | None:
-        entry = self.params.get(key.lower())
-        return entry[0] if entry else None
-
-    def where(self, key: str) -> str:
-        entry = self.params.get(key.lower())
-        return f"{entry[1]}:{entry[2]}" if entry else self.source
-
-    def node_lines(self) -> dict[str, tuple[str, int]]:
-        return {n: (d.source, d.line) for n, d in self.nodes.items()}
-
-
-# Lines whose first key defines something other than a global parameter.
-_RECORD_KEYS = {"nodename", "partitionname", "nodeset", "downnodes", "frontendname", "switchname", "slurmctldhost"}
-
-
-def parse_slurm_conf(
-    text: str,
-    source: str = "slurm.conf",
-    read_include: Callable[[str], tuple[str, str]] | None = None,
-) -> SlurmConf:
-    """slurm.conf -> SlurmConf. `read_include(path)` returns (name, text) of an `Include`d file."""
-    conf = SlurmConf(source)
-    _read_slurm(conf, text, source, read_include, {}, 0)
-    return conf
-
-
-def _read_slurm(
-    conf: SlurmConf,
-    text: str,
-    source: str,
-    read_include: Callable[[str], tuple[str, str]] | None,
-    defaults: dict[str, str],
-    depth: int,
-) -> None:
-    conf.files.append(source)
-    for cl in read_conf_lines(text, source):
-        if cl.include is not None:
-            if read_include is None:
-                raise TopologyError(f"{cl.where}: Include {cl.include}: cannot follow includes here")
-            if depth > 8:
-                raise TopologyError(f"{cl.where}: Include {cl.include}: includes nested too deep (a loop?)")
-            name, included = read_include(cl.include)
-            _read_slurm(conf, included, name, read_include, defaults, depth + 1)
-            continue
-        key = cl.key
-        if key == "nodename":
-            value = cl.pairs[0][1]
-            params = {k.lower(): v for k, v in cl.pairs[1:]}
-            if value.upper() == "DEFAULT":
-                defaults.update(params)
-                continue
-            merged = {**defaults, **params}
-            for node in _expand(value, cl.where, "NodeName="):
-                conf.nodes[node] = NodeDef(node, source, cl.line, merged)
-        elif key not in _RECORD_KEYS:
-            for k, v in cl.pairs:
-                conf.params[k.lower()] = (v, source, cl.line)
-
-
-def _without_parentheses(text: str) -> str:
-    r"""'gpu:2(S:0-1)' -> 'gpu:2', in one pass (re.sub(r"\(.*?\)") rescans to the end from every
-    unclosed `(`: quadratic); an unclosed `(` keeps the rest, as that regex did."""
-    out, pos = [], 0
-    while True:
-        open_at = text.find("(", pos)
-        close_at = text.find(")", open_at + 1) if open_at >= 0 else -1
-        if close_at < 0:
-            out.append(text[pos:])
-            return "".join(out)
-        out.append(text[pos:open_at])
-        pos = close_at + 1
-
-
-def parse_gres_gpus(gres: str) -> int:
-    """slurm.conf `Gres=` -> the number of GPUs: `gpu:8` 8, `gpu:a100:4,gpu:v100:2(S:0-1)` 6, `mps:100` 0."""
-    total = 0
-    depth, item = 0, ""
-    items: list[str] = []
-    for ch in gres:  # split on commas outside parentheses: gpu:2(S:0,1),gpu:1
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth = max(0, depth - 1)
-        if ch == "," and depth == 0:
-            items.append(item)
-            item = ""
-        else:
-            item += ch
-    items.append(item)
-    for raw in items:
-        spec = _without_parentheses(raw).strip()
-        if not spec:
-            continue
-        parts = [p for p in spec.split(":") if p and p.lower() != "no_consume"]
-        if not parts or parts[0].lower() != "gpu":
-            continue
-        count = 1
-        if len(parts) > 1:
-            m = re.fullmatch(r"(\d+)([KMGTP]?)", parts[-1], re.IGNORECASE)
-            if m:
-                count = int(m.group(1)) * 1024 ** " KMGTP".index(m.group(2).upper() or " ")
-        total += count
-    return total
 
 
 # -- ibnetdiscover ------------------------------------------------------------------------------------
