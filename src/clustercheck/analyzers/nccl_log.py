@@ -136,6 +136,21 @@ _CHANNEL_LINE = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : .*? via (.+?)\s*$")
 _DEVICE = re.compile(r"\[(\d+)\]([^\s:\[\]]+):(\d+)/(\w+)((?:/\w+)*)")
 _IFACE = re.compile(r"\[(\d+)\]([^\s:\[\]]+):([^\s<\[\]]+)<\d+>")
 
+# Messages taken apart by Scanner._info, _net_line and _ofi_line (compiled once: they run per kept line).
+_ENV_SET = re.compile(r"(NCCL_\w+) set (?:by environment )?to (.*?)\.?\s*$")
+_COMM_SIZES = re.compile(r"comm \S+ rank (\d+) nRanks (\d+) nNodes (\d+) localRanks (\d+)")
+_COMM_COMPLETE = re.compile(r"comm \S+ rank (\d+) nranks (\d+) .*Init COMPLETE")
+_BOOTSTRAP = re.compile(r"Bootstrap ?: ?Using (?:\[\d+\])?([^\s:<]+)")
+_COMM_INIT = re.compile(r"ncclCommInit\w* comm \S+ rank (\d+) nranks (\d+)")
+_RANK_NRANKS = re.compile(r"rank (\d+) nranks (\d+)")
+_NVLS_CHANNELS = re.compile(r"(?<!\d)(\d+) nvls channels")
+_NET_PLUGIN_LINE = re.compile(r"NET/(\w+) ?: ?(.*)$")
+_GDR_HCA = re.compile(r"GPU Direct RDMA (Enabled|Disabled) for HCA (\d+) '([^']*)'")
+_OOB = re.compile(r"OOB (\S+?)(?::|<|$)")
+_OFI_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([^,;\s]+)")
+_OFI_NICS = re.compile(r"found (\d+) nics")
+_OFI_PLUGIN = re.compile(r"NET/OFI (?:Initializing|Using) aws-ofi-nccl (\S+)")
+
 # WARN messages, most specific first: (pattern, kind). Kinds: "runtime" errors always fail;
 # "init" failures left the job without a network it was meant to use; "cause" explains a
 # fallback but is benign alone; "event" is an IB async event (fabric noise).
@@ -989,35 +1004,35 @@ class Scanner:
                 if h.version is None:
                     h.version = (m.group(1), ref)
         elif msg.startswith("NCCL_"):
-            m = re.match(r"(NCCL_\w+) set (?:by environment )?to (.*?)\.?\s*$", msg)
+            m = _ENV_SET.match(msg)
             if m:
                 h.env.setdefault(m.group(1), (m.group(2).strip(), ref))
         elif msg.startswith("comm "):
-            m = re.match(r"comm \S+ rank (\d+) nRanks (\d+) nNodes (\d+) localRanks (\d+)", msg)
+            m = _COMM_SIZES.match(msg)
             if m:
                 h.nnodes.add(int(m.group(3)))
                 h.local_ranks.add(int(m.group(4)))
                 if len(h.ranks) < 4096:
                     h.ranks.add((int(m.group(1)), int(m.group(2))))
                 return
-            m = re.match(r"comm \S+ rank (\d+) nranks (\d+) .*Init COMPLETE", msg)
+            m = _COMM_COMPLETE.match(msg)
             if m and len(h.ranks) < 4096:
                 h.ranks.add((int(m.group(1)), int(m.group(2))))
         elif msg.startswith("Bootstrap"):
             job.has_bootstrap = True
-            m = re.match(r"Bootstrap ?: ?Using (?:\[\d+\])?([^\s:<]+)", msg)
+            m = _BOOTSTRAP.match(msg)
             if m and h.bootstrap is None:
                 h.bootstrap = m.group(1)
         elif msg.startswith(("ncclCommInit", "[Rank ")):
-            m = re.search(r"ncclCommInit\w* comm \S+ rank (\d+) nranks (\d+)", msg)
+            m = _COMM_INIT.search(msg)
             if m and len(h.ranks) < 4096:
                 h.ranks.add((int(m.group(1)), int(m.group(2))))
         elif msg.startswith("rank "):
-            m = re.match(r"rank (\d+) nranks (\d+)", msg)
+            m = _RANK_NRANKS.match(msg)
             if m and len(h.ranks) < 4096:
                 h.ranks.add((int(m.group(1)), int(m.group(2))))
         elif msg[:1].isdigit():
-            m = re.search(r"(?<!\d)(\d+) nvls channels", msg)
+            m = _NVLS_CHANNELS.search(msg)
             if m:
                 n = int(m.group(1))
                 h.nvls_channels = n if h.nvls_channels is None else max(h.nvls_channels, n)
@@ -1035,7 +1050,7 @@ class Scanner:
             h.causes.setdefault("init", (msg, ref))
 
     def _net_line(self, h: _Host, msg: str, ref: Ref) -> None:
-        m = re.match(r"NET/(\w+) ?: ?(.*)$", msg)
+        m = _NET_PLUGIN_LINE.match(msg)
         if not m:
             if msg.startswith("NET : Using interface"):  # NCCL 2.3: the socket interfaces
                 iface = msg.split("interface", 1)[1].strip().split(":", 1)[0]
@@ -1049,7 +1064,7 @@ class Scanner:
         if plugin == "OFI":
             self._ofi_line(h, msg, ref)
             return
-        g = re.match(r"GPU Direct RDMA (Enabled|Disabled) for HCA (\d+) '([^']*)'", rest)
+        g = _GDR_HCA.match(rest)
         if g:
             h.gdr_hca[g.group(3)] = (g.group(1) == "Enabled", ref)
             return
@@ -1064,7 +1079,7 @@ class Scanner:
                     name = f"{dev.group(2)}:{dev.group(3)}"
                     h.devices.setdefault(name, (link + (dev.group(5) or ""), ref))
                 h.ib_line = h.ib_line or ref
-                oob = re.search(r"OOB (\S+?)(?::|<|$)", rest)
+                oob = _OOB.search(rest)
                 if oob:
                     h.oob = oob.group(1)
             return
@@ -1079,15 +1094,15 @@ class Scanner:
             h.other_nets.setdefault(plugin, ref)
 
     def _ofi_line(self, h: _Host, msg: str, ref: Ref) -> None:
-        m = re.match(r"NET/OFI Selected [Pp]rovider is ([^,;\s]+)", msg)
+        m = _OFI_PROVIDER.match(msg)
         if m:
             if h.ofi_provider is None:
                 h.ofi_provider = (m.group(1), ref)
-                nics = re.search(r"found (\d+) nics", msg)
+                nics = _OFI_NICS.search(msg)
                 if nics:
                     h.ofi_nics = int(nics.group(1))
             return
-        m = re.match(r"NET/OFI (?:Initializing|Using) aws-ofi-nccl (\S+)", msg)
+        m = _OFI_PLUGIN.match(msg)
         if m:
             if h.ofi_plugin is None:
                 h.ofi_plugin = (m.group(1), ref)
