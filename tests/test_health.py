@@ -8,6 +8,7 @@ prints it and the checks' results, so each rule is tested here without Slurm, on
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -345,3 +346,54 @@ def test_health_has_help() -> None:
     assert proc.returncode == 0
     for option in ("--dry-run", "--node", "--state-file", "--scontrol"):
         assert option in proc.stdout
+
+
+def test_a_dry_run_without_slurmctld_prints_the_checks_and_the_decision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It exited 3 and printed nothing (`-f json` nothing): no scontrol, or one that cannot reach
+    slurmctld (the real scontrol, pointed at a controller port where nothing listens)."""
+    from tests.helpers import cli
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(
+        "ClusterName=nowhere\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=1\nMessageTimeout=2\n"
+        "NodeName=n1 CPUs=1 State=UNKNOWN\nPartitionName=main Nodes=n1 Default=YES\n"
+    )
+    state = tmp_path / "state"
+    state.mkdir()
+    common = (
+        "--node",
+        "n1",
+        "--dry-run",
+        "--state-file",
+        state / "prolog-{node}.json",
+        "--record-file",
+        state / "health-{node}.json",
+        "--syslog-socket",
+        state / "log",
+    )
+    no_scontrol = ("--scontrol", tmp_path / "no-scontrol")
+    real = ("--scontrol", "scontrol")  # fails: slurmctld is not there
+    monkeypatch.setenv("SLURM_CONF", str(conf))  # cli() passes the environment on
+    dimm_lost = FIXTURES / "prolog-cluster" / "dimm-lost"
+    dimm = [cli("health", "--replay", dimm_lost, *common, *scontrol) for scontrol in (no_scontrol, real)]
+    healthy = cli("health", "--replay", FIXTURES / "prolog-cluster" / "healthy", *common, *real, "-f", "json")
+    for proc, why in zip(dimm, ("command not found", "Unable to contact slurm controller"), strict=True):
+        assert proc.returncode == 2, proc.stderr  # a check failed, as the report says
+        out = proc.stdout
+        assert "node.memory  │ fail   │ 15.7 GiB of memory, expected at least 20 GiB" in out
+        assert "n1: its Slurm state could not be read (" in out and why in out
+        assert "n1: would drain (1 check(s) failed; if Slurm has n1 up and not drained" in out
+        assert "update NodeName=n1 State=DRAIN 'Reason=clustercheck: node.memory: 15.7 GiB" in out
+        assert "--dry-run: nothing was changed" in proc.stderr and "Traceback" not in proc.stderr
+    assert healthy.returncode == 3, healthy.stderr  # every check passed, but the decision is not whole
+    doc = json.loads(healthy.stdout)
+    assert doc["state"] is None and "Unable to contact slurm controller" in doc["state_unreadable"]
+    assert doc["action"] == "none" and doc["command"] is None and doc["dry_run"] is True
+    assert doc["why"].startswith("healthy (") and "cannot tell whether there is one" in doc["why"]
+    assert {c["status"] for c in doc["report"]["hosts"]["gpu101"]["checks"]} == {"ok"}
+    assert list(state.iterdir()) == []  # nothing written, nothing logged
+    # without --dry-run it still changes nothing and says why, as before
+    real_run = cli("health", "--replay", FIXTURES / "prolog-cluster" / "dimm-lost", *common[:2], *no_scontrol)
+    assert real_run.returncode == 3 and "cannot read node n1's state, so nothing was changed" in real_run.stderr

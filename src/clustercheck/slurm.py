@@ -1352,19 +1352,26 @@ def health(opts: HealthOptions, env: Mapping[str, str] | None = None, out: TextI
             write_markers(checks)
         left = max(0.5, opts.budget - (time.monotonic() - start) - 0.5)
         shown = _scontrol([opts.scontrol, "show", "node", node], min(opts.scontrol_timeout, left / 2))
+        unread: str | None = None  # why the node's Slurm state could not be read
+        state: NodeState | None = None
         if not shown.ok:
             said = (shown.stderr or shown.stdout).strip().splitlines()
-            raise ClusterCheckError(
-                f"cannot read node {node}'s state, so nothing was changed: {shown.describe()}"
-                + (f": {said[0]}" if said else "")
-            )
-        try:
-            state = parse_scontrol_show_node(shown.stdout, node)
-        except ValueError as exc:
-            raise ClusterCheckError(f"{exc}; nothing was changed") from exc
-        prolog_state = read_state(state_file) if state_file else None
-        record = read_state(record_file)
-        decision = decide(state, checks, prolog_state, record)
+            unread = f"{shown.describe()}" + (f": {said[0]}" if said else "")
+            if not opts.dry_run:
+                raise ClusterCheckError(f"cannot read node {node}'s state, so nothing was changed: {unread}")
+        else:
+            try:
+                state = parse_scontrol_show_node(shown.stdout, node)
+            except ValueError as exc:
+                if not opts.dry_run:
+                    raise ClusterCheckError(f"{exc}; nothing was changed") from exc
+                unread = str(exc)
+        if state is None:  # --dry-run only: what the checks alone decide, said as such
+            decision = _decision_without_state(node, checks)
+        else:
+            prolog_state = read_state(state_file) if state_file else None
+            record = read_state(record_file)
+            decision = decide(state, checks, prolog_state, record)
         argv = decision.argv(node, opts.scontrol)
         done: CommandResult | None = None
         if argv is not None and not opts.dry_run:
@@ -1398,8 +1405,9 @@ def health(opts: HealthOptions, env: Mapping[str, str] | None = None, out: TextI
                 {
                     "clustercheck": __version__,
                     "node": node,
-                    "state": state.state,
-                    "reason": state.reason,
+                    "state": None if state is None else state.state,
+                    "reason": None if state is None else state.reason,
+                    **({"state_unreadable": unread} if unread is not None else {}),
                     "action": decision.action,
                     "why": decision.why,
                     "new_reason": decision.reason,
@@ -1420,7 +1428,11 @@ def health(opts: HealthOptions, env: Mapping[str, str] | None = None, out: TextI
             buffer = io.StringIO()
             formats.render(Report(__version__, profile_name, (HostReport(host, tuple(checks)),)), "table", buffer)
             lines = [buffer.getvalue().rstrip("\n")]
-            lines.append(f"{node}: {state.state}" + (f", reason: {state.reason}" if state.reason else ""))
+            if state is None:
+                lines.append(f"{node}: its Slurm state could not be read ({unread})")
+                lines.append(f"{node}: the decision below is the checks' alone")
+            else:
+                lines.append(f"{node}: {state.state}" + (f", reason: {state.reason}" if state.reason else ""))
             if argv is None:
                 lines.append(f"{node}: nothing to do: {decision.why}")
             elif opts.dry_run:
@@ -1431,4 +1443,37 @@ def health(opts: HealthOptions, env: Mapping[str, str] | None = None, out: TextI
     if done is not None and not done.ok:
         detail = (done.stderr or done.stdout).strip()
         raise ClusterCheckError(f"`{shlex.join(argv or [])}` failed: {done.describe()}: {detail}")
-    return int(Report(__version__, "", (HostReport(node, tuple(checks)),)).exit_code)
+    code = Report(__version__, "", (HostReport(node, tuple(checks)),)).exit_code
+    if unread is not None:  # the decision could not be finished: an error, unless a check failed
+        say(f"clustercheck: cannot read node {node}'s state ({unread}); --dry-run: nothing was changed", sys.stderr)
+        return int(ExitCode.FAIL if code is ExitCode.FAIL else ExitCode.ERROR)
+    return int(code)
+
+
+def _decision_without_state(node: str, checks: Sequence[CheckResult]) -> Decision:
+    """--dry-run without the node's Slurm state: what the checks alone would have it do.
+
+    The state decides the rest (a drain or down set by others, a reboot pending, clustercheck's own
+    drain to resume), so the decision says what it assumes."""
+    failed = [c for c in checks if c.status is Status.FAIL]
+    errors = [c for c in checks if c.status is Status.ERROR]
+    if failed:
+        return Decision(
+            "drain",
+            f"{len(failed)} check(s) failed; if Slurm has {node} up and not drained, down or rebooting "
+            "(its state could not be read)",
+            drain_reason(failed),
+            failed[0].id,
+            tuple(c.id for c in failed),
+        )
+    if errors:
+        return Decision(
+            "none",
+            f"{len(errors)} check(s) could not tell ({errors[0].id}: {errors[0].summary}): no drain, and a drain "
+            "clustercheck set would stay",
+        )
+    return Decision(
+        "none",
+        f"healthy ({_counts(checks)}): nothing to drain; a drain clustercheck recorded setting would be "
+        "resumed, but without the node's Slurm state it cannot tell whether there is one",
+    )
