@@ -187,7 +187,7 @@ def mounts(
 #: ARGS` (one command, so it works over SSH and records like any command). Standard library
 #: only; Python 3.6+ (what older node images carry). It prints one JSON object.
 SCRIPT = r"""
-import fcntl, json, mmap, os, random, shutil, signal, sys, tempfile, threading, time
+import fcntl, json, marshal, mmap, os, random, shutil, signal, sys, tempfile, threading, time
 A = json.loads(sys.argv[1]); T0 = time.monotonic(); BUDGET = float(A["budget_s"])
 OUT = {"mode": A["mode"], "readers": A["readers"]}; STOP = threading.Event(); MB = 1 << 20
 def _sig(n, f):
@@ -217,6 +217,58 @@ def parallel(n, fn):
     for th in ts: th.join()
     if errs: raise RuntimeError(errs[0])
     return time.monotonic() - t
+def forked(n, w, fn, until, lat, got):
+    # readers i, i+w, ... run as threads of worker process j = i % w: one interpreter lock per
+    # process, like fio, whose jobs are processes. A worker never returns into this script
+    # (os._exit: no cleanup, no print), dies with this process (PR_SET_PDEATHSIG) and stops at
+    # `until` like a thread.
+    try:
+        import ctypes; prctl = ctypes.CDLL(None).prctl
+    except Exception:
+        prctl = None
+    me, kids, errs, spans = os.getpid(), [], [], []
+    try:
+        for j in range(min(w, n)):
+            rfd, wfd = os.pipe(); pid = os.fork()
+            if pid == 0:
+                try:
+                    os.close(rfd); signal.alarm(max(1, int(until - time.monotonic()) + 5))
+                    if prctl is not None: prctl(1, signal.SIGKILL)
+                    if os.getppid() != me: os._exit(1)
+                    ids = list(range(j, n, w)); t = time.monotonic()
+                    try:
+                        parallel(len(ids), lambda k: fn(ids[k]))
+                        res = {"t": (t, time.monotonic()), "got": [got[i] for i in ids], "lat": [lat[i] for i in ids]}
+                    except BaseException as e:
+                        res = {"err": "%s: %s" % (type(e).__name__, e)}
+                    data = memoryview(marshal.dumps(res))
+                    while data: data = data[os.write(wfd, data):]
+                finally:
+                    os._exit(0)
+            os.close(wfd); kids.append((pid, rfd, j))
+        for pid, rfd, j in kids:
+            chunks = []
+            while True:
+                b = os.read(rfd, 1 << 20)
+                if not b: break
+                chunks.append(b)
+            try:
+                res = marshal.loads(b"".join(chunks))
+            except (EOFError, ValueError, TypeError):
+                res = {"err": "worker process %d ended without a result" % j}
+            if "err" in res: errs.append(res["err"]); continue
+            spans.append(res["t"])
+            for k, i in enumerate(range(j, n, w)): got[i] = res["got"][k]; lat[i] = res["lat"][k]
+    finally:
+        for pid, rfd, j in kids:
+            os.close(rfd)
+            try:
+                if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                    os.kill(pid, signal.SIGKILL); os.waitpid(pid, 0)
+            except OSError:
+                pass
+    if errs: raise RuntimeError(errs[0])
+    return max(b for _, b in spans) - min(a for a, _ in spans)
 KEEP = []  # fds of the unlinked data files: the kernel frees their blocks when this process dies
 def write_files(d, n, size, until, sync):
     block = 4 * MB; buf = os.urandom(block); done = [0] * n; per = max(block, size // n // block * block)
@@ -235,7 +287,7 @@ def opener(path, direct):
     return os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
 def pct(xs, p):
     return round(xs[min(len(xs) - 1, int(len(xs) * p))] * 1000, 3) if xs else None
-def reads(d, files, sizes, n, bs, until, direct, rnd):
+def reads(d, files, sizes, n, bs, until, direct, rnd, w=1):
     lat = [[] for _ in range(n)]; got = [0] * n
     def r(i):
         buf = mmap.mmap(-1, bs); fds = [opener(os.path.join(d, f), direct) for f in files]
@@ -243,9 +295,17 @@ def reads(d, files, sizes, n, bs, until, direct, rnd):
         try:
             if rnd:
                 for fd in fds: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-                while time.monotonic() < until and not STOP.is_set() and len(lat[i]) < A["max_ops"]:
-                    k = rng.randrange(len(fds)); off = rng.randrange(max(1, sizes[k] // bs)) * bs
-                    t = time.monotonic(); got[i] += os.preadv(fds[k], [buf], off); lat[i].append(time.monotonic() - t)
+                # the cost of this loop caps IOPS on fast drives: locals, the stop flag and the deadline
+                # every 64 reads, offsets from rng.random() (randrange costs twice as much)
+                mono, pread, rand, bufs, add, nf = time.monotonic, os.preadv, rng.random, [buf], lat[i].append, len(fds)
+                blocks = [max(1, z // bs) for z in sizes]; left_ops = A["max_ops"]; n_got = 0
+                t1 = mono()
+                while t1 < until and left_ops > 0 and not STOP.is_set():
+                    for _ in range(min(64, left_ops)):
+                        k = int(rand() * nf); off = int(rand() * blocks[k]) * bs
+                        t = mono(); n_got += pread(fds[k], bufs, off); t1 = mono(); add(t1 - t)
+                    left_ops = A["max_ops"] - len(lat[i])
+                got[i] += n_got
             else:
                 cap = A["size"] // n  # files i, i+n, ... (a file per reader when they are as many)
                 for k in (range(i, len(fds), n) if i < len(fds) else [i % len(fds)]):
@@ -257,7 +317,7 @@ def reads(d, files, sizes, n, bs, until, direct, rnd):
         finally:
             for fd in fds: os.close(fd)
             buf.close()
-    secs = parallel(n, r)
+    secs = forked(n, w, r, until, lat, got) if w > 1 else parallel(n, r)
     xs = sorted(x for l in lat for x in l)
     res = {"bytes": sum(got), "seconds": round(secs, 4), "mb_s": round(sum(got) / secs / 1e6, 1)}
     if rnd:
@@ -319,8 +379,16 @@ def measure_read(d):
         if not direct:
             for f in files: drop(os.path.join(d, f), names is None)
     evict(); OUT["seq"] = reads(d, files, sizes, n, A["seq_block"], left(fracs[0]), direct, False)
+    w = int(A.get("workers", 1))  # processes for the random reads; 0: one per reader, up to the CPUs of this node
+    if w <= 0:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+        w = max(1, min(n, cpus))
+    OUT["workers"] = w = min(w, n)
     for bs, key, frac in ((4096, "rand_4k", fracs[1]), (131072, "rand_128k", fracs[2])):
-        evict(); OUT[key] = reads(d, files, sizes, n, bs, left(frac), direct, True)
+        evict(); OUT[key] = reads(d, files, sizes, n, bs, left(frac), direct, True, w)
     if names is None:
         md = os.path.join(d, "meta"); os.mkdir(md); names = []; small = os.urandom(A["meta_size"])
         until = left(0.83)
@@ -496,6 +564,17 @@ def _readers(host: Host, readers: int) -> tuple[int, int | None, str]:
     return 4, gpus, f"4 readers (default: {said})"
 
 
+def _workers_said(workers: object, readers: int) -> str:
+    """How the random reads ran (nothing for a record from before worker processes)."""
+    if not isinstance(workers, int) or workers < 1:
+        return ""
+    if workers == 1:
+        return "; random reads in one process (its threads)"
+    if workers >= readers:
+        return f"; random reads in {workers} processes (one per reader)"
+    return f"; random reads in {workers} processes (up to {-(-readers // workers)} readers in one)"
+
+
 def _cleanup_evidence(record: dict[str, Any]) -> str:
     swept = record.get("swept") or []
     earlier = f"; removed {len(swept)} left by a killed earlier run ({', '.join(swept[:3])})" if swept else ""
@@ -518,6 +597,7 @@ def read_pattern(
     path: str,
     size: Size = GIB,
     readers: int = 0,
+    workers: int = 0,
     budget: float = 30.0,
     seq_block: Size = MIB,
     meta_files: int = 2000,
@@ -546,10 +626,12 @@ def read_pattern(
     `path`, writes `size` of data in one file per reader (fsync'd), then measures with
     `readers` parallel readers (default: one per GPU from the nvml probe, else 4):
     (1) sequential reads in `seq_block` blocks, MB/s; (2) random 4 KiB and 128 KiB reads
-    inside the files, IOPS and p50/p99 latency; (3) open+fstat+read+close of `meta_files`
-    small files, files/s. With `dataset: true`, `path` is an existing dataset, read
-    read-only (nothing is written or created): its files of 4 MiB or more (up to 64) are
-    read sequentially (up to `size` in all) and at random, and up to `meta_files` of its
+    inside the files, IOPS and p50/p99 latency, the readers spread over `workers` processes
+    (default 0: one process per reader, at most one per CPU this command may use; 1: threads
+    of one process, whose interpreter lock caps 4 KiB IOPS well below a fast NVMe drive's);
+    (3) open+fstat+read+close of `meta_files` small files, files/s. With `dataset: true`,
+    `path` is an existing dataset, read read-only (nothing is written or created): its files
+    of 4 MiB or more (up to 64) are read sequentially (up to `size` in all) and at random, and up to `meta_files` of its
     files of 1 MiB or less are opened and read. The page cache is bypassed with O_DIRECT
     where the filesystem supports it (and `o_direct` is true), else dropped with
     posix_fadvise(DONTNEED) before each phase; the evidence says which (tmpfs lives in
@@ -568,6 +650,8 @@ def read_pattern(
     settings with `lfs getstripe`), the node's storage network links and the file servers'
     load; stage hot datasets to local NVMe; pack small files into shards (WebDataset tars).
     """
+    if workers < 0:
+        raise ValueError(f"workers must be 0 (one process per reader, up to the node's CPUs) or more, got {workers}")
     n, gpus, readers_said = _readers(host, readers)
     args = {
         "mode": "read",
@@ -582,6 +666,7 @@ def read_pattern(
         "max_ops": 20000,
         "o_direct": o_direct,
         "dataset": dataset,
+        "workers": workers,
     }
     per_gpu = {"per_gpu_seq_mb_s": per_gpu_seq_mb_s, "per_gpu_iops_4k": per_gpu_iops_4k}
     per_gpu["per_gpu_files_s"] = per_gpu_files_s
@@ -592,7 +677,7 @@ def read_pattern(
     seq, r4, r128, meta = r["seq"], r["rand_4k"], r["rand_128k"], r["meta"]
     cache = r.get("cache", "?") + (f" (O_DIRECT: {r['o_direct_error']})" if r.get("o_direct_error") else "")
     evidence = [
-        readers_said,
+        readers_said + _workers_said(r.get("workers"), n),
         f"page cache: {cache}",
         (
             f"read-only on an existing dataset: {r['dataset']['large_files']} files of 4 MiB or more, "

@@ -312,3 +312,91 @@ def test_existing_dataset_is_read_read_only(tmp_path: Path) -> None:
         shard.unlink()
     check = run_local(tmp_path, "storage.read_pattern", params)
     assert check["status"] == "error" and "no file of 4 MiB or more under" in str(check["summary"])
+
+
+# -- worker processes for the random reads (issue 16) -----------------------------------------
+
+
+def test_random_reads_in_worker_processes(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for readers, workers, said in (
+        (2, 2, "random reads in 2 processes (one per reader)"),
+        (3, 2, "random reads in 2 processes (up to 2 readers in one)"),
+        (2, 1, "random reads in one process (its threads)"),
+    ):
+        params = {"path": str(data), **SMALL, "readers": readers, "workers": workers}
+        check = run_local(tmp_path, "storage.read_pattern", params)
+        assert check["status"] == "ok", check
+        assert said in "\n".join(check["evidence"]), check["evidence"]  # type: ignore[arg-type]
+        measured = check["data"]["measured"]  # type: ignore[index]
+        # every worker's reads and bytes came back to the script: full blocks, counted once
+        for key, block in (("rand_4k", 4096), ("rand_128k", 131072)):
+            assert measured[key]["ops"] > 0 and measured[key]["bytes"] == measured[key]["ops"] * block, measured
+            assert measured[key]["p99_ms"] >= measured[key]["p50_ms"] > 0
+        assert leftovers(data) == []
+
+
+def test_workers_below_zero_is_an_error(tmp_path: Path) -> None:
+    check = run_local(tmp_path, "storage.read_pattern", {"path": str(tmp_path), **SMALL, "workers": -1})
+    assert check["status"] == "error" and "workers must be 0" in str(check["summary"]), check
+    assert leftovers(tmp_path) == []
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_worker_processes_die_with_the_script(tmp_path: Path) -> None:
+    """A SIGKILL of the script (the check's deadline, an admin) takes its worker processes with
+    it: they hold the unlinked data files open, so a worker that lived on would keep the data
+    (and the folder's lock) until its phase ended, up to most of the budget later."""
+    import subprocess
+    import sys
+    import time
+
+    from clustercheck.checks.storage import SCRIPT
+
+    args = {
+        "mode": "read",
+        "path": str(tmp_path),
+        "size": 64 << 20,
+        "readers": 2,
+        "workers": 2,
+        "seq_block": 1 << 20,
+        "budget_s": 30,
+        "margin": 0.0,
+        "meta_files": 10,
+        "meta_size": 4096,
+        "max_ops": 10**9,
+        "o_direct": True,
+    }
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(args)], stdout=subprocess.PIPE, text=True)
+    deadline, kids = time.monotonic() + 20, []
+    while time.monotonic() < deadline and proc.poll() is None and len(kids) < 2:
+        kids = children_of(proc.pid)
+        time.sleep(0.02)
+    assert len(kids) == 2, f"the script started no worker processes (exit {proc.poll()})"
+    proc.kill()
+    proc.communicate(timeout=10)
+    deadline = time.monotonic() + 5
+    while any(alive(k) for k in kids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(alive(k) for k in kids), "worker processes outlived the killed script"
+    (folder,) = leftovers(tmp_path)
+    assert sorted(p.name for p in folder.iterdir()) == [".lock"]  # its data went with the processes
