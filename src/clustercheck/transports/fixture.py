@@ -346,7 +346,11 @@ def find_fixtures(paths: Iterable[Path]) -> list[Fixture]:
     hosts = [f.host for f in found]
     dupes = sorted({h for h in hosts if hosts.count(h) > 1})
     if dupes:
-        raise FixtureError(f"several fixtures claim the same host: {', '.join(dupes)}")
+        claims = "; ".join(f"{h} in {', '.join(str(f.path) for f in found if f.host == h)}" for h in dupes)
+        raise FixtureError(
+            f"several fixtures claim the same host: {claims}; one run replays each host once: "
+            "replay these one at a time (each is one node's recording)"
+        )
     return found
 
 
