@@ -166,6 +166,12 @@ def test_output_paths_that_cannot_be_written_are_refused_before_any_host_is_cont
     assert good.returncode == 2 and json.loads((tmp_path / "r.json").read_text())["summary"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]  # the probe left nothing
     assert cli("run", "--replay", DEMO, "-o", "/dev/null").returncode == 2
+    # `report` writes where it is told the same way: the user's path, exit 64, no temporary name
+    results = tmp_path / "r.jsonl"
+    results.write_text(cli("run", "--replay", DEMO, "-f", "jsonl").stdout)
+    merged = cli("report", results, "-o", tmp_path / "nope" / "fleet.html")
+    assert merged.returncode == 64 and f"-o {tmp_path / 'nope' / 'fleet.html'}: cannot write" in merged.stderr
+    assert "internal error" not in merged.stderr and ".fleet.html." not in merged.stderr
 
 
 def test_record_out_an_existing_file_and_bad_ssh_options_are_usage_errors(tmp_path: Path) -> None:

@@ -123,6 +123,15 @@ def check_output(output: Path | None, option: str = "-o") -> None:
     Path(tmp).unlink(missing_ok=True)
 
 
+def _unwritable(output: Path, exc: OSError) -> ClusterCheckError:
+    """The user's path named: exit 64 for a path that cannot be written, 3 for a failing disk."""
+    import errno
+
+    usage = exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS)
+    kind = UsageError if usage else ClusterCheckError
+    return kind(f"-o {output}: cannot write the report: {exc.strerror or exc}")
+
+
 def write_output(render: Callable[[TextIO], None], output: Path | None) -> None:
     """Render to stdout, or atomically to a file (a textfile collector must never read half a file)."""
     if output is None:
@@ -136,8 +145,8 @@ def write_output(render: Callable[[TextIO], None], output: Path | None) -> None:
             return
         folder = output.parent if str(output.parent) else Path(".")
         fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", dir=folder)
-    except OSError as exc:  # checked before the run; the folder changed since
-        raise ClusterCheckError(f"-o {output}: cannot write the report: {exc.strerror or exc}") from None
+    except OSError as exc:  # checked before a run; `report` and a folder changed since come here
+        raise _unwritable(output, exc) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             render(out)
@@ -145,7 +154,7 @@ def write_output(render: Callable[[TextIO], None], output: Path | None) -> None:
         os.replace(tmp, output)
     except OSError as exc:
         Path(tmp).unlink(missing_ok=True)
-        raise ClusterCheckError(f"-o {output}: cannot write the report: {exc.strerror or exc}") from None
+        raise _unwritable(output, exc) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
