@@ -135,6 +135,13 @@ def run(
     identity: IdentityOpt = None,
     port: PortOpt = None,
     accept_new_host_keys: AcceptOpt = False,
+    trust_fixture_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-fixture-code",
+            help="Let the profile a --replay fixture names load its own check code (check_dirs, extends).",
+        ),
+    ] = False,
 ) -> None:
     """Run a profile's checks on this node, on hosts over SSH, or on recorded fixtures."""
     transports = cli.make_transports(
@@ -160,6 +167,7 @@ def run(
         jobs=jobs,
         by=by.value,
         all_hosts=all_hosts,
+        trust_fixture_code=trust_fixture_code,
     )
 
 

@@ -79,6 +79,7 @@ _RUN: Spec = {
     "--host-timeout": ("host_timeout", "value"),
     "--jobs": ("jobs", "value"),
     "-j": ("jobs", "value"),
+    "--trust-fixture-code": ("trust_fixture_code", "flag"),
 }
 _HEALTH: Spec = {
     "--profile": ("profile", "value"),
@@ -193,6 +194,7 @@ def run(args: Sequence[str]) -> None:
         jobs=_number("run", "--jobs", opts.get("jobs", "32"), 1, int),
         by=_choice("run", "--by", opts.get("by", "check"), ("check", "host")),
         all_hosts=bool(opts.get("all_hosts")),
+        trust_fixture_code=bool(opts.get("trust_fixture_code")),
     )
 
 

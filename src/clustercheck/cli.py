@@ -174,8 +174,12 @@ def execute_run(
     jobs: int = 32,
     by: str = "check",
     all_hosts: bool = False,
+    trust_fixture_code: bool = False,
 ) -> None:
     """`clustercheck run`: load the profile, run it, render the report, set the exit code.
+
+    A profile taken from the replayed fixtures (no --profile) loads no code of its own
+    (check_dirs, extends outside the bundled profiles) unless `trust_fixture_code`.
 
     With a --timeout the run happens in a child process that is killed, with everything it
     started, when it outlives the timeout by HARD_STOP_GRACE: the runner's own timeout cannot
@@ -192,7 +196,7 @@ def execute_run(
     formats.check_view(fmt, by=by, all_hosts=all_hosts)  # before any host is contacted
     check_output(output)
     ref = profile or recorded_profile(transports)
-    prof = profiles.load(ref, extra_check_dirs=checks_dirs)
+    prof = profiles.load(ref, extra_check_dirs=checks_dirs, allow_code=profile is not None or trust_fixture_code)
     for t in transports:  # a replay's "re-record it with ..." hint names what this run uses
         if hasattr(t, "profile_in_use"):
             t.profile_in_use = _from_here(ref)
