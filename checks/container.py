@@ -26,21 +26,11 @@ from typing import NamedTuple
 
 from clustercheck import Host, Result, Size, check, fail, ok, skip
 from clustercheck.errors import CommandTimeout, HostError
+from clustercheck.facts.image import ImageProbe, image_probe, image_trouble, runtime_version, show_limit
+from clustercheck.facts.infiniband import RdmaNode, library_problems, natural_key, rdma, span
 from clustercheck.registry import human_size
 
-from .rdma import (  # relative: mypy sees checks/ as its own package
-    NO_SIZE,
-    ImageProbe,
-    RdmaNode,
-    image_probe,
-    library_problems,
-    natural_key,
-    rdma,
-    runtime_version,
-    show_limit,
-    span,
-)
-from .stack import image_trouble
+NO_SIZE = Size(0)
 
 # -- what the image lacks ------------------------------------------------------------------
 

@@ -17,8 +17,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from clustercheck import Host, Result, check, fact, fail, ok, skip, warn
+from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import HostError
+from clustercheck.facts.gpu import gpus
 from clustercheck.facts.slurm_conf import (
     CONFIG_DIRS,
     NEEDS,
@@ -31,12 +32,6 @@ from clustercheck.facts.slurm_conf import (
 from clustercheck.probes.nvml import CLOCK_REASONS, Gpu, GpuRecord
 
 # -- the GPU record ------------------------------------------------------------------------
-
-
-@fact
-def gpus(host: Host) -> GpuRecord:
-    """The node's GPU record (probe `nvml`), validated."""
-    return GpuRecord.from_json(host.probe("nvml"))
 
 
 def _source(record: GpuRecord) -> str:

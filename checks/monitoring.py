@@ -28,8 +28,7 @@ from typing import Any
 
 from clustercheck import Host, Result, check, fact, fail, ok, skip
 from clustercheck.errors import HostError
-
-from .node import parse_ps, process_names
+from clustercheck.facts.processes import process_names, processes
 
 #: (index, UUID) of one GPU, as NVML and nvidia-smi number and name it.
 GpuId = tuple[int, str]
@@ -62,15 +61,6 @@ def node_gpus(host: Host) -> list[GpuId]:
         return gpus_from_record(host.probe("nvml"))
     except ValueError as exc:
         raise HostError(host.name, str(exc)) from None
-
-
-PS = ("ps", "-e", "-ww", "-o", "comm=", "-o", "args=")
-
-
-@fact
-def processes(host: Host) -> list[tuple[str, str]]:
-    """(comm, args) of every process: the listing node.services reads too (one recording)."""
-    return parse_ps(host.output(*PS))
 
 
 def find_process(procs: Iterable[tuple[str, str]], name: str) -> str | None:

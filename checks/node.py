@@ -1,9 +1,10 @@
 """Basic node checks that work on any Linux node: kernel, memory, CPUs, services, modules.
 
-The mount table (`mount_table`, `parse_mounts`) lives here too; storage.mounts judges it.
+The mount table is clustercheck.facts.mounts (storage.mounts judges it); the process names
+node.services reads are clustercheck.facts.processes.
 
 Reads: /proc/sys/kernel/osrelease, /proc/sys/kernel/tainted, /proc/meminfo,
-/sys/devices/system/cpu/{online,present}, cpufreq scaling governors (grep), /proc/mounts,
+/sys/devices/system/cpu/{online,present}, cpufreq scaling governors (grep),
 /proc/modules. Runs: `ps -e`, `systemctl is-active`. Nothing here writes.
 
 These checks are the model the others copy: gather with a `@fact` (one read or command
@@ -18,6 +19,7 @@ import re
 
 from clustercheck import Host, Result, Size, check, fact, fail, ok, skip, warn
 from clustercheck.errors import HostError
+from clustercheck.facts.processes import PROCESS_NAMES, parse_process_names
 from clustercheck.registry import human_size
 
 # -- kernel -------------------------------------------------------------------------------
@@ -289,73 +291,7 @@ def cpu(host: Host, *, expected: int = 0, governor: str = "") -> Result:
     )
 
 
-# -- mounts -------------------------------------------------------------------------------
-
-
-def _unescape(field: str) -> str:
-    # /proc/mounts escapes space, tab, newline and backslash as octal (\040 ...)
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def parse_mounts(text: str) -> dict[str, dict[str, object]]:
-    """/proc/mounts -> {mount point: {source, type, options}}; the last mount on a point wins."""
-    mounts: dict[str, dict[str, object]] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 4:
-            mounts[_unescape(parts[1])] = {
-                "source": _unescape(parts[0]),
-                "type": parts[2],
-                "options": parts[3].split(","),
-            }
-    return mounts
-
-
-@fact
-def mount_table(host: Host) -> dict[str, dict[str, object]]:
-    return parse_mounts(host.read("/proc/mounts"))
-
-
 # -- services -----------------------------------------------------------------------------
-
-
-def parse_ps(text: str) -> list[tuple[str, str]]:
-    """`ps -e -ww -o comm= -o args=` -> [(comm, args)]."""
-    procs = []
-    for line in text.splitlines():
-        parts = line.strip().split(None, 1)
-        if parts:
-            procs.append((parts[0], parts[1] if len(parts) > 1 else ""))
-    return procs
-
-
-def process_names(comm: str, args: str) -> set[str]:
-    """Names a process answers to: its comm, and the base name of its argv[0].
-
-    Daemons retitle themselves (`sshd: /usr/sbin/sshd -D [listener]`), so the first word
-    of args is taken without a trailing colon.
-    """
-    first = args.split(None, 1)[0] if args.strip() else ""
-    return {comm, first.rsplit("/", 1)[-1].rstrip(":")} - {""}
-
-
-# The names node.services matches, and nothing else: each process's comm and the base name of
-# its argv[0] (a `ps` full listing would record every user's command line, arguments and
-# secrets included, into fixtures people send each other). ps's own exit status is kept.
-PROCESS_NAMES = (
-    "sh",
-    "-c",
-    "out=$(ps -e -ww -o comm= -o args=) || exit $?; "
-    'printf \'%s\\n\' "$out" | awk \'{ a = $2; sub(".*/", "", a); print $1, a }\'',
-)
-
-
-def parse_process_names(text: str) -> set[str]:
-    """PROCESS_NAMES' output (`comm argv0-base-name` a line) -> every name a process answers to."""
-    names: set[str] = set()
-    for line in text.splitlines():
-        names.update(w.rstrip(":") for w in line.split()[:2])
-    return names - {""}
 
 
 @check(needs=["command ps", "command systemctl"], timeout=10)

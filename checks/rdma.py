@@ -7,13 +7,15 @@ Reads, in one shell command per node (`sh -c`, read only): `grep -H .` over
 (`<libdir>/libibverbs/lib<name>-rdmav<N>.so`). Only when sysfs shows no HCA: `ibstat`, then
 `ibv_devinfo`. For the locked-memory limit: `pgrep -o -x slurmd`, /proc/<pid>/limits and
 slurm.conf. For NCCL settings: /etc/nccl.conf, `ls -1 /sys/class/net` (only when
-NCCL_SOCKET_IFNAME is set) and, when the profile names the job image, the in-image probe
-that checks/container.py also uses. Nothing here writes.
+NCCL_SOCKET_IFNAME is set) and, when the profile names the job image, the in-image RDMA
+probe. Nothing here writes.
 
 The check `rdma.nccl_env` lives here for now (the `nccl` module is the NCCL log analysis);
 its id may move to `nccl.env`.
 
-The in-image probe (`PROBE_SCRIPT`, `image_probe`) is shared with container.py.
+Gathering and parsing live in facts modules: clustercheck.facts.infiniband (sysfs, ibstat,
+ibv_devinfo, verbs libraries), clustercheck.facts.image (the in-image probe, shared with
+container.py), clustercheck.facts.slurm_conf (slurm.conf).
 """
 
 # Sources: docs/domain-facts.md §F (sysfs formats), §C.2/§C.5 (what NCCL logs
@@ -23,88 +25,15 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import shlex
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from clustercheck import Host, Result, Size, check, fact, fail, ok, skip, warn
-from clustercheck.errors import CommandTimeout, HostError
+from clustercheck import Host, Result, Size, check, fail, ok, skip, warn
+from clustercheck.errors import HostError
+from clustercheck.facts.image import image_probe, runtime_version, show_limit
+from clustercheck.facts.infiniband import Port, library_problems, natural_key, rdma, span
 from clustercheck.facts.slurm_conf import first_settings as parse_slurm_conf  # the forgiving lookup memlock needs
 from clustercheck.registry import human_size
-
-# -- model --------------------------------------------------------------------------------
-# NamedTuples, not dataclasses: eight dataclasses cost tens of ms of import (exec of generated
-# methods), and this module may sit on the prolog path.
-
-# Kernel port states and physical states, drivers/infiniband/core/sysfs.c (domain-facts §F).
-PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
-PHYS_STATES = {
-    1: "Sleep",
-    2: "Polling",
-    3: "Disabled",
-    4: "PortConfigurationTraining",
-    5: "LinkUp",
-    6: "LinkErrorRecovery",
-    7: "Phy Test",
-}
-
-
-class Port(NamedTuple):
-    """One HCA port as the node reports it (sysfs, ibstat or ibv_devinfo)."""
-
-    hca: str
-    port: int
-    state: str = ""  # ACTIVE, DOWN, INIT, ARMED ... ("" when not reported)
-    phys_state: str = ""  # LinkUp, Disabled, Polling ...
-    rate_gbps: float | None = None
-    rate: str = ""  # as printed: "400 Gb/sec (4X NDR)"
-    link_layer: str = ""  # InfiniBand, Ethernet
-
-    @property
-    def label(self) -> str:
-        return f"{self.hca} port {self.port}"
-
-
-class DevNode(NamedTuple):
-    """A character device under /dev/infiniband: octal mode bits, owner and group."""
-
-    path: str
-    mode: int
-    user: str
-    group: str
-
-    def usable_by_jobs(self, job_group: str = "") -> bool:
-        """Jobs run as ordinary users: read+write for others, or for `job_group` when it owns the node."""
-        if self.mode & 0o006 == 0o006:
-            return True
-        return bool(job_group) and self.group == job_group and self.mode & 0o060 == 0o060
-
-    def describe(self) -> str:
-        return f"{self.path} {self.mode:04o} {self.user}:{self.group}"
-
-
-class RdmaNode:
-    """What one node shows of RDMA: HCAs and their ports, uverbs devices, userspace libraries."""
-
-    def __init__(self) -> None:
-        self.ports: dict[str, list[Port]] = {}  # HCA -> ports (maybe none)
-        self.firmware: dict[str, str] = {}  # HCA -> fw_ver
-        self.uverbs: dict[str, str] = {}  # uverbsN -> HCA
-        self.devices: dict[str, DevNode] = {}  # /dev/infiniband/x -> node
-        self.libraries: list[str] = []
-        self.source = "sysfs"  # or "ibstat" / "ibv_devinfo" when sysfs showed no HCA
-
-    @property
-    def hcas(self) -> list[str]:
-        return sorted(self.ports, key=natural_key)
-
-    def uverbs_of(self, hca: str) -> str | None:
-        return next((u for u, h in sorted(self.uverbs.items()) if h == hca), None)
-
-
-def natural_key(name: str) -> tuple[tuple[int, str], ...]:
-    """Sort mlx5_2 before mlx5_10."""
-    return tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", name) if p)
 
 
 def select(names: Iterable[str], patterns: Sequence[str]) -> list[str]:
@@ -127,287 +56,6 @@ def port_selected(port: Port, names: Sequence[str]) -> bool:
         if fnmatch.fnmatchcase(port.hca, hca) and (not colon or fnmatch.fnmatchcase(str(port.port), number)):
             return True
     return False
-
-
-def span(names: Sequence[str]) -> str:
-    """'mlx5_0..mlx5_7' for a list of names, or the names themselves when there are few."""
-    if len(names) > 3:
-        return f"{names[0]}..{names[-1]}"
-    return ", ".join(names)
-
-
-# -- parsers (pure) ------------------------------------------------------------------------
-
-_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)(?:\s*Gb/sec)?(?:\s*\((.*)\))?\s*$")
-
-
-def parse_rate(text: str) -> float | None:
-    """'400 Gb/sec (4X NDR)' (sysfs), '400' (ibstat), '2.5 Gb/sec (1X SDR)' -> Gb/s."""
-    m = _RATE_RE.match(text)
-    return float(m.group(1)) if m else None
-
-
-def parse_state(text: str) -> str:
-    """'4: ACTIVE' (sysfs), 'Active' (ibstat), 'PORT_ACTIVE (4)' (ibv_devinfo) -> 'ACTIVE'."""
-    text = text.strip()
-    m = re.match(r"^(\d+):\s*(\S.*)$", text)
-    if m:
-        return PORT_STATES.get(int(m.group(1)), m.group(2).strip().upper())
-    m = re.match(r"^PORT_(\w+)\s*(?:\((\d+)\))?$", text)
-    if m:
-        return PORT_STATES.get(int(m.group(2)), m.group(1)) if m.group(2) else m.group(1)
-    upper = text.upper()
-    return "INIT" if upper == "INITIALIZING" else upper  # ibstat spells INIT out
-
-
-def parse_phys_state(text: str) -> str:
-    """'5: LinkUp' (sysfs), 'LinkUp' (ibstat), 'LINK_UP (5)' (ibv_devinfo -v) -> 'LinkUp'."""
-    text = text.strip()
-    m = re.match(r"^(\d+):\s*(\S.*)$", text) or re.match(r"^\S.*\((\d+)\)$", text)
-    if m:
-        return PHYS_STATES.get(int(m.group(1)), m.group(2).strip() if m.lastindex == 2 else text)
-    return text
-
-
-def split_sections(text: str) -> dict[str, list[str]]:
-    """Output of a probe script that marks sections with `## name` lines -> {name: lines}.
-
-    Lines before the first marker (an image entrypoint's banner) are dropped.
-    """
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.splitlines():
-        m = re.match(r"^## ([\w.]+)\s*$", line)
-        if m:
-            current = sections.setdefault(m.group(1), [])
-        elif current is not None and line.strip():
-            current.append(line.rstrip())
-    return sections
-
-
-_SYSFS_PORT_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/ports/(\d+)/(state|phys_state|rate|link_layer)$")
-_SYSFS_FW_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/fw_ver$")
-_SYSFS_UVERBS_RE = re.compile(r"^/sys/class/infiniband_verbs/(uverbs\d+)/ibdev$")
-
-
-def parse_sysfs(lines: Iterable[str]) -> RdmaNode:
-    """`grep -H . <sysfs files>` lines ('PATH:VALUE') -> HCAs, ports, firmware and uverbs map."""
-    node = RdmaNode()
-    fields: dict[tuple[str, int], dict[str, str]] = {}
-    for line in lines:
-        path, sep, value = line.partition(":")
-        if not sep:
-            continue
-        value = value.strip()
-        m = _SYSFS_PORT_RE.match(path)
-        if m:
-            fields.setdefault((m.group(1), int(m.group(2))), {})[m.group(3)] = value
-            continue
-        m = _SYSFS_FW_RE.match(path)
-        if m:
-            node.firmware[m.group(1)] = value
-            node.ports.setdefault(m.group(1), [])
-            continue
-        m = _SYSFS_UVERBS_RE.match(path)
-        if m and value:
-            node.uverbs[m.group(1)] = value
-    for (hca, number), f in sorted(fields.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1])):
-        node.ports.setdefault(hca, []).append(
-            Port(
-                hca,
-                number,
-                parse_state(f["state"]) if "state" in f else "",
-                parse_phys_state(f["phys_state"]) if "phys_state" in f else "",
-                parse_rate(f["rate"]) if "rate" in f else None,
-                f.get("rate", ""),
-                f.get("link_layer", ""),
-            )
-        )
-    return node
-
-
-def parse_stat_devices(lines: Iterable[str]) -> dict[str, DevNode]:
-    """`stat -c '%n %a %U %G' /dev/infiniband/*` lines -> {path: DevNode}."""
-    devices = {}
-    for line in lines:
-        parts = line.split()
-        if len(parts) == 4 and parts[0].startswith("/dev/") and re.fullmatch(r"[0-7]{1,4}", parts[1]):
-            devices[parts[0]] = DevNode(parts[0], int(parts[1], 8), parts[2], parts[3])
-    return devices
-
-
-def parse_ibstat(text: str) -> dict[str, list[Port]]:
-    """`ibstat` output -> {HCA: ports}. Tolerates lost indentation, `ibwarn:`/`+ ` debug lines and
-    a trailing `ibpanic:` (ibstat exits non-zero when one CA disappears, corpus pr-gpud-752)."""
-    hcas: dict[str, list[Port]] = {}
-    hca: str | None = None
-    number: int | None = None
-    f: dict[str, str] = {}
-
-    def flush() -> None:
-        if hca is not None and number is not None:
-            hcas[hca].append(
-                Port(
-                    hca,
-                    number,
-                    parse_state(f["State"]) if "State" in f else "",
-                    parse_phys_state(f["Physical state"]) if "Physical state" in f else "",
-                    parse_rate(f["Rate"]) if "Rate" in f else None,
-                    f"{f['Rate']} Gb/sec" if "Rate" in f else "",
-                    f.get("Link layer", ""),
-                )
-            )
-
-    for raw in text.splitlines():
-        line = raw.strip()
-        m = re.match(r"^CA '([^']+)'$", line)
-        if m:
-            flush()
-            hca, number, f = m.group(1), None, {}
-            hcas.setdefault(hca, [])
-            continue
-        m = re.match(r"^Port (\d+):$", line)
-        if m and hca is not None:
-            flush()
-            number, f = int(m.group(1)), {}
-            continue
-        key, sep, value = line.partition(":")
-        if sep and number is not None:
-            f[key.strip()] = value.strip()
-    flush()
-    return hcas
-
-
-def parse_ibv_devinfo(text: str) -> dict[str, list[Port]]:
-    """`ibv_devinfo` (or `-v`) output -> {HCA: ports}. State and link layer only (no rate without -v)."""
-    hcas: dict[str, list[Port]] = {}
-    hca: str | None = None
-    number: int | None = None
-    f: dict[str, str] = {}
-
-    def flush() -> None:
-        if hca is not None and number is not None:
-            rate = None
-            width = re.match(r"(\d+)X", f.get("active_width", ""))
-            speed = re.match(r"([\d.]+) Gbps", f.get("active_speed", ""))
-            if width and speed:
-                rate = int(width.group(1)) * float(speed.group(1))
-            hcas[hca].append(
-                Port(
-                    hca,
-                    number,
-                    parse_state(f["state"]) if "state" in f else "",
-                    parse_phys_state(f["phys_state"]) if "phys_state" in f else "",
-                    rate,
-                    f"{rate:g} Gb/sec" if rate is not None else "",
-                    f.get("link_layer", ""),
-                )
-            )
-
-    for raw in text.splitlines():
-        line = raw.strip()
-        key, sep, value = line.partition(":")
-        key, value = key.strip(), value.strip()
-        if not sep:
-            continue
-        if key == "hca_id":
-            flush()
-            hca, number, f = value, None, {}
-            hcas.setdefault(hca, [])
-        elif key == "port" and hca is not None and value.isdigit():
-            flush()
-            number, f = int(value), {}
-        elif number is not None:
-            f[key] = value
-    flush()
-    return hcas
-
-
-_PROVIDER_RE = re.compile(r"^lib(.+)-rdmav\d+\.so$")
-
-
-def verbs_libraries(paths: Iterable[str]) -> tuple[list[str], dict[str, str]]:
-    """Paths from the library listing -> (libibverbs.so.1 paths, {provider name: path})."""
-    core: list[str] = []
-    providers: dict[str, str] = {}
-    for path in paths:
-        base = path.rsplit("/", 1)[-1]
-        if base == "libibverbs.so.1":
-            core.append(path)
-        m = _PROVIDER_RE.match(base)
-        if m and "/libibverbs/" in path:
-            providers.setdefault(m.group(1), path)
-    return core, providers
-
-
-# -- gathering -------------------------------------------------------------------------------
-
-# Where libibverbs.so.1 lives on RHEL (lib64), Debian/Ubuntu (multiarch) and in images, plus
-# LD_LIBRARY_PATH and the folders /etc/ld.so.conf.d/*.conf adds to the loader's search (a site
-# build under a prefix; read with sh builtins only, as an image may lack cat and grep);
-# providers sit in <libdir>/libibverbs/lib<name>-rdmav<ABI>.so (rdma-core).
-LIBRARY_SCAN = (
-    "for d in /usr/lib64 /lib64 /usr/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu "
-    "/usr/lib/powerpc64le-linux-gnu $(echo \"${LD_LIBRARY_PATH:-}\" | tr ':' ' ') "
-    '$(for c in /etc/ld.so.conf.d/*.conf; do [ -r "$c" ] && while read -r l _; do '
-    'case "$l" in /*) echo "$l";; esac; done < "$c"; done); do '
-    'for f in "$d"/libibverbs.so.1 "$d"/libibverbs/lib*-rdmav*.so; do [ -e "$f" ] && echo "$f"; done; '
-    "done"
-)
-
-HOST_SCRIPT = "\n".join(
-    [
-        "echo '## sysfs'",
-        "grep -H . /sys/class/infiniband/*/ports/*/state /sys/class/infiniband/*/ports/*/phys_state"
-        " /sys/class/infiniband/*/ports/*/rate /sys/class/infiniband/*/ports/*/link_layer"
-        " /sys/class/infiniband/*/fw_ver /sys/class/infiniband_verbs/uverbs*/ibdev",
-        "echo '## devices'",
-        "stat -c '%n %a %U %G' /dev/infiniband/*",
-        "echo '## libraries'",
-        LIBRARY_SCAN,
-        "exit 0",
-    ]
-)
-
-
-def shorten_last_observation(host: Host, script: str, label: str) -> None:
-    """Evidence shows `sh -c '<label>'` instead of a 10-line script (the fixture keeps the script)."""
-    if host.observations:
-        host.observations[-1] = host.observations[-1].replace(shlex.quote(script), f"'{label}'")
-
-
-@fact
-def rdma(host: Host) -> RdmaNode:
-    """HCAs, ports, /dev/infiniband and verbs libraries of the node, in one command."""
-    result = host.run("sh", "-c", HOST_SCRIPT)
-    shorten_last_observation(host, HOST_SCRIPT, "<rdma gather script>")
-    if result.timed_out:
-        raise CommandTimeout(host.name, f"reading RDMA sysfs did not finish within {result.duration_s:.1f} s")
-    sections = split_sections(result.stdout)
-    if "sysfs" not in sections:
-        raise HostError(host.name, f"the RDMA gather printed no sections: {result.describe()}")
-    node = parse_sysfs(sections.get("sysfs", []))
-    node.devices = parse_stat_devices(sections.get("devices", []))
-    node.libraries = sorted(set(sections.get("libraries", [])))
-    if not node.ports:  # sysfs unreadable (a restricted container, an odd kernel): ask the tools
-        for tool, parser in (("ibstat", parse_ibstat), ("ibv_devinfo", parse_ibv_devinfo)):
-            answer = host.run(tool)
-            found = parser(answer.stdout) if answer.exit_code != 127 and not answer.timed_out else {}
-            if found:
-                node.ports, node.source = found, tool
-                break
-    return node
-
-
-def library_problems(libraries: Iterable[str], providers: Sequence[str], where: str) -> list[str]:
-    core, found = verbs_libraries(libraries)
-    problems = []
-    if not core:
-        problems.append(f"no libibverbs.so.1 {where}")
-    for name in providers:
-        if name not in found:
-            problems.append(f"no {name} verbs provider (lib{name}-rdmav*.so) {where}")
-    return problems
 
 
 # -- rdma.devices ----------------------------------------------------------------------------
@@ -657,10 +305,6 @@ def memlock_propagated(conf: dict[str, tuple[str, int]]) -> tuple[bool, str]:
     return True, "neither PropagateResourceLimits nor PropagateResourceLimitsExcept is set, so all limits propagate"
 
 
-def show_limit(value: float) -> str:
-    return "unlimited" if value == float("inf") else human_size(value)
-
-
 NO_SIZE = Size(0)
 SLURM_CONFS = ("/etc/slurm/slurm.conf", "/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf")
 
@@ -743,100 +387,6 @@ def memlock(host: Host, *, minimum: Size = NO_SIZE, slurm_conf: tuple[str, ...] 
         data=data,
         evidence=evidence,
     )
-
-
-# -- the in-image probe (shared with container.py) -------------------------------------------
-
-PROBE_SCRIPT = "\n".join(
-    [
-        "echo '## devices'",
-        'for f in /dev/infiniband/*; do [ -e "$f" ] && echo "$f"; done',
-        "echo '## hcas'",
-        'for f in /sys/class/infiniband/*; do [ -e "$f" ] && echo "${f##*/}"; done',
-        "echo '## libraries'",
-        LIBRARY_SCAN,
-        "echo '## memlock'",
-        "ulimit -l",
-        # sh builtins only: an image without grep or cat must not look like one without NCCL settings
-        "echo '## environment'",
-        "if command -v env >/dev/null 2>&1; then env; else export -p; fi | while IFS= read -r l; do "
-        'l=${l#export }; case "$l" in NCCL_*|MELLANOX_*) printf \'%s\\n\' "$l";; esac; done',
-        "echo '## nccl.conf'",
-        '[ -r /etc/nccl.conf ] && while IFS= read -r l || [ -n "$l" ]; do printf \'%s\\n\' "$l"; done < /etc/nccl.conf',
-        "exit 0",
-    ]
-)
-
-#: What one image probe may take: starting a multi-GB image from a parallel file system is slow.
-#: The check's own `timeout` (its budget) caps it.
-PROBE_TIMEOUT = 600.0
-
-
-class ImageProbe(NamedTuple):
-    """What the probe saw inside the image."""
-
-    command: str
-    devices: tuple[str, ...]  # /dev/infiniband/... present
-    hcas: tuple[str, ...]  # names under /sys/class/infiniband
-    libraries: tuple[str, ...]
-    memlock_bytes: float | None  # inf when unlimited, None when not printed
-    environment: tuple[tuple[str, str], ...]  # NCCL_*/MELLANOX_* inside
-    nccl_conf: str
-
-
-def parse_probe(text: str, command: str = "") -> ImageProbe:
-    """The probe's output (`## devices` ... sections) -> ImageProbe."""
-    s = split_sections(text)
-    memlock_bytes: float | None = None
-    for line in s.get("memlock", []):
-        value = line.strip()
-        if value == "unlimited":
-            memlock_bytes = float("inf")
-        elif value.isdigit():
-            memlock_bytes = int(value) * 1024.0  # `ulimit -l` counts KiB
-    env = []
-    for line in s.get("environment", []):
-        name, sep, value = line.partition("=")
-        if sep:
-            env.append((name, value))
-    return ImageProbe(
-        command,
-        tuple(d for d in s.get("devices", []) if d.startswith("/dev/")),
-        tuple(s.get("hcas", [])),
-        tuple(sorted(set(s.get("libraries", [])))),
-        memlock_bytes,
-        tuple(env),
-        "\n".join(s.get("nccl.conf", [])),
-    )
-
-
-def runtime_version(host: Host, argv0: str) -> str | None:
-    """The runtime's version line, or None when it is not installed (exit 127)."""
-    answer = host.run(*(("enroot", "version") if argv0 == "enroot" else (argv0, "--version")))
-    if answer.exit_code == 127:
-        return None
-    lines = (answer.stdout.strip() or answer.stderr.strip()).splitlines()
-    return lines[0] if answer.ok and lines else f"{argv0} (version unknown)"
-
-
-def image_probe(host: Host, argv: Sequence[str]) -> ImageProbe:
-    """Run the probe through `argv` (a command that runs `sh -c SCRIPT` inside the job image), once per run."""
-    full = (*argv, "sh", "-c", PROBE_SCRIPT)
-
-    def gather(h: Host) -> ImageProbe:
-        result = h.run(*full, timeout=PROBE_TIMEOUT)
-        shorten_last_observation(h, PROBE_SCRIPT, "<rdma image probe script>")
-        shown = shlex.join(argv) + " sh -c PROBE"
-        if result.timed_out:
-            raise CommandTimeout(h.name, f"`{shown}` did not finish within {result.duration_s:.1f} s")
-        if "## devices" not in result.stdout:
-            first = next((x.strip() for x in (result.stderr + result.stdout).splitlines() if x.strip()), "no output")
-            raise HostError(
-                h.name, f"the probe did not run inside the image: `{shown}` exited {result.exit_code}: {first[:300]}"
-            )
-        return parse_probe(result.stdout, shown)
-
-    return host.fact("rdma.image_probe " + shlex.join(full), gather)
 
 
 # -- NCCL_IB_HCA / NCCL_SOCKET_IFNAME syntax (domain-facts §C.3) -------------------------------

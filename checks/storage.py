@@ -1,6 +1,6 @@
 """Storage readiness: shared filesystem mounts, the read pattern of tokenized shards, checkpoint writes.
 
-Reads: /proc/mounts (the `node.mount_table` fact: one parser for both modules), the Lustre
+Reads: /proc/mounts (the `mount_table` fact of clustercheck.facts.mounts: one parser), the Lustre
 client's version file. Runs: `stat -f` on each required path (bounded: a hung NFS or
 Lustre server blocks it in D state, and it is killed), and for the two measuring checks
 one `python3 -c SCRIPT ARGS` on the node. The script writes only inside a private folder
@@ -20,10 +20,8 @@ from typing import Any
 
 from clustercheck import Host, Result, Size, check, fail, ok, warn
 from clustercheck.errors import HostError
+from clustercheck.facts.mounts import mount_table
 from clustercheck.registry import human_size
-
-# relative: the runtime package is clustercheck.checks, mypy's is checks
-from .node import mount_table
 
 # -- mounts -------------------------------------------------------------------------------
 

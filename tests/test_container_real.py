@@ -24,12 +24,12 @@ from typing import Any
 
 import pytest
 import yaml
-from clustercheck.checks.stack import image_facts
 from tests import rootfs
 from tests.helpers import CORPUS, FIXTURES, REPO
 
 from clustercheck import __version__, runner
 from clustercheck import profile as profiles
+from clustercheck.facts.image import image_facts
 from clustercheck.host import Host
 from clustercheck.transports.local import LocalTransport
 

@@ -54,11 +54,19 @@ GPUS = [(g.index, g.uuid) for g in FIXTURE_GPUS]
 A100_MIG_UUID = "GPU-34319582-d595-d1c7-d1d2-179bcfa61660"  # the GPU of NVIDIA's MIG sample
 
 
+def patch_gpus(mocker: MockerFixture, gpus: list[tuple[int, str]]) -> None:
+    """The node's GPUs are `gpus`, in whichever copy of the module registered the checks: a test
+    that imports checks/ by its source path (`from checks import monitoring`) loads a second one."""
+    for name in ("clustercheck.checks.monitoring", "checks.monitoring"):
+        if name in sys.modules:
+            mocker.patch.object(sys.modules[name], "node_gpus", return_value=list(gpus))
+
+
 def run_check(
     mocker: MockerFixture, tmp_path: Path, gpus: list[tuple[int, str]], check: str = "dcgm_exporter", **params: Any
 ) -> CheckResult:
     """Run one monitoring check as a profile sets it, on this node, with `gpus` as its GPUs."""
-    mocker.patch.object(mon, "node_gpus", return_value=list(gpus))
+    patch_gpus(mocker, gpus)
     path = tmp_path / "profile.yaml"
     path.write_text(json.dumps({"name": "t", "description": "t", "checks": {f"monitoring.{check}": params}}))
     (result,) = run_checks(Host(LocalTransport("testnode")), profiles.load(str(path)).checks)
@@ -435,7 +443,7 @@ def test_no_fetch_tool_on_the_node_is_an_error(mocker: MockerFixture, tmp_path: 
 
 
 def test_a_recording_replays_the_same_verdict_without_waiting(mocker: MockerFixture, tmp_path: Path) -> None:
-    mocker.patch.object(mon, "node_gpus", return_value=GPUS)
+    patch_gpus(mocker, GPUS)
     path = tmp_path / "profile.yaml"
     path.write_text(json.dumps({"name": "t", "description": "t", "checks": {"monitoring.dcgm_exporter": {}}}))
     with MetricsServer(lambda n: build_page(FIXTURE_GPUS, scrape=1 if n < 3 else 2)) as server:
@@ -642,7 +650,7 @@ def test_each_fetch_command_survives_ssh_quoting(over_ssh: SSHTransport, tool: s
 
 
 def test_the_check_over_ssh(mocker: MockerFixture, tmp_path: Path, over_ssh: SSHTransport) -> None:
-    mocker.patch.object(mon, "node_gpus", return_value=GPUS)
+    patch_gpus(mocker, GPUS)
     path = tmp_path / "profile.yaml"
     with MetricsServer(SCENARIOS["gpu-missing"]) as server:
         params = {"url": server.url, "fresh_within": 1}

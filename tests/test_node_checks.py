@@ -16,16 +16,15 @@ from clustercheck.checks.node import (
     parse_cpu_list,
     parse_meminfo,
     parse_modules,
-    parse_mounts,
-    parse_process_names,
-    parse_ps,
     parse_taint,
-    process_names,
     release_key,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.helpers import DEMO, cli
+
+from clustercheck.facts.mounts import parse_mounts
+from clustercheck.facts.processes import parse_process_names, parse_ps, process_names
 
 GPU001 = DEMO / "gpu001"
 

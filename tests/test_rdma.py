@@ -12,29 +12,30 @@ from typing import Any
 
 import yaml
 from clustercheck.checks.rdma import (
-    PROBE_SCRIPT,
-    Port,
     Setting,
     judge_nccl_settings,
     memlock_propagated,
-    parse_ibstat,
-    parse_ibv_devinfo,
     parse_limits,
     parse_nccl_conf,
     parse_nccl_if_list,
-    parse_phys_state,
-    parse_probe,
-    parse_rate,
     parse_slurm_conf,
-    parse_state,
-    parse_sysfs,
-    split_sections,
     strtoll,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.helpers import CORPUS, FIXTURES, cli
 
+from clustercheck.facts.image import PROBE_SCRIPT, parse_probe
+from clustercheck.facts.infiniband import (
+    Port,
+    parse_ibstat,
+    parse_ibv_devinfo,
+    parse_phys_state,
+    parse_rate,
+    parse_state,
+    parse_sysfs,
+    split_sections,
+)
 from clustercheck.result import CheckResult
 
 RDMA = FIXTURES / "rdma"

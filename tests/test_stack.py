@@ -8,11 +8,12 @@ import shutil
 from pathlib import Path
 
 import yaml
-from clustercheck.checks.stack import IMAGE_SCRIPT, parse_image_probe
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.helpers import FIXTURES, cli
 from tests.test_gpu import healthy_record, node, run
+
+from clustercheck.facts.image import IMAGE_SCRIPT, parse_image_probe
 
 H100 = FIXTURES / "gpu-h100"
 IMAGE = "/shared/containers/train.sif"
@@ -242,8 +243,7 @@ def test_an_image_without_grep_cannot_tell_its_nccl(tmp_path: Path) -> None:
 
 
 def test_what_is_wrong_with_an_image_file(tmp_path: Path) -> None:
-    from clustercheck.checks.stack import image_trouble
-
+    from clustercheck.facts.image import image_trouble
     from clustercheck.host import Host
     from clustercheck.transports.local import LocalTransport
 
@@ -277,7 +277,7 @@ def test_a_rootfs_that_is_not_a_folder(tmp_path: Path) -> None:
 
 
 def test_a_missing_shell_is_told_from_a_missing_file() -> None:
-    from clustercheck.checks.stack import _why_not_started
+    from clustercheck.facts.image import _why_not_started
 
     assert _why_not_started("bwrap: execvp sh: No such file or directory\n").startswith("the image has no /bin/sh")
     fatal = 'FATAL:   "sh": executable file not found in $PATH'

@@ -1,0 +1,369 @@
+"""InfiniBand/RoCE on the node: HCAs and their ports, uverbs devices, /dev/infiniband, verbs libraries.
+
+Gathering: one read-only shell command per node (`HOST_SCRIPT`: `grep -H .` over
+/sys/class/infiniband/*/ports/*/{state,phys_state,rate,link_layer}, fw_ver and
+/sys/class/infiniband_verbs/uverbs*/ibdev; `stat` of /dev/infiniband/*; a listing of
+libibverbs.so.1 and the verbs providers); only when sysfs shows no HCA, `ibstat`, then
+`ibv_devinfo`. The pure parsers below read each part (domain-facts §F).
+"""
+
+# Sources: docs/domain-facts.md §F (sysfs formats).
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from clustercheck import Host, fact
+from clustercheck.errors import CommandTimeout, HostError
+from clustercheck.facts import shorten_last_observation
+
+# -- model --------------------------------------------------------------------------------
+# NamedTuples, not dataclasses: eight dataclasses cost tens of ms of import (exec of generated
+# methods), and this module may sit on the prolog path.
+
+# Kernel port states and physical states, drivers/infiniband/core/sysfs.c (domain-facts §F).
+PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+PHYS_STATES = {
+    1: "Sleep",
+    2: "Polling",
+    3: "Disabled",
+    4: "PortConfigurationTraining",
+    5: "LinkUp",
+    6: "LinkErrorRecovery",
+    7: "Phy Test",
+}
+
+
+class Port(NamedTuple):
+    """One HCA port as the node reports it (sysfs, ibstat or ibv_devinfo)."""
+
+    hca: str
+    port: int
+    state: str = ""  # ACTIVE, DOWN, INIT, ARMED ... ("" when not reported)
+    phys_state: str = ""  # LinkUp, Disabled, Polling ...
+    rate_gbps: float | None = None
+    rate: str = ""  # as printed: "400 Gb/sec (4X NDR)"
+    link_layer: str = ""  # InfiniBand, Ethernet
+
+    @property
+    def label(self) -> str:
+        return f"{self.hca} port {self.port}"
+
+
+class DevNode(NamedTuple):
+    """A character device under /dev/infiniband: octal mode bits, owner and group."""
+
+    path: str
+    mode: int
+    user: str
+    group: str
+
+    def usable_by_jobs(self, job_group: str = "") -> bool:
+        """Jobs run as ordinary users: read+write for others, or for `job_group` when it owns the node."""
+        if self.mode & 0o006 == 0o006:
+            return True
+        return bool(job_group) and self.group == job_group and self.mode & 0o060 == 0o060
+
+    def describe(self) -> str:
+        return f"{self.path} {self.mode:04o} {self.user}:{self.group}"
+
+
+class RdmaNode:
+    """What one node shows of RDMA: HCAs and their ports, uverbs devices, userspace libraries."""
+
+    def __init__(self) -> None:
+        self.ports: dict[str, list[Port]] = {}  # HCA -> ports (maybe none)
+        self.firmware: dict[str, str] = {}  # HCA -> fw_ver
+        self.uverbs: dict[str, str] = {}  # uverbsN -> HCA
+        self.devices: dict[str, DevNode] = {}  # /dev/infiniband/x -> node
+        self.libraries: list[str] = []
+        self.source = "sysfs"  # or "ibstat" / "ibv_devinfo" when sysfs showed no HCA
+
+    @property
+    def hcas(self) -> list[str]:
+        return sorted(self.ports, key=natural_key)
+
+    def uverbs_of(self, hca: str) -> str | None:
+        return next((u for u, h in sorted(self.uverbs.items()) if h == hca), None)
+
+
+def natural_key(name: str) -> tuple[tuple[int, str], ...]:
+    """Sort mlx5_2 before mlx5_10."""
+    return tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", name) if p)
+
+
+def span(names: Sequence[str]) -> str:
+    """'mlx5_0..mlx5_7' for a list of names, or the names themselves when there are few."""
+    if len(names) > 3:
+        return f"{names[0]}..{names[-1]}"
+    return ", ".join(names)
+
+
+# -- parsers (pure) ------------------------------------------------------------------------
+
+_RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)(?:\s*Gb/sec)?(?:\s*\((.*)\))?\s*$")
+
+
+def parse_rate(text: str) -> float | None:
+    """'400 Gb/sec (4X NDR)' (sysfs), '400' (ibstat), '2.5 Gb/sec (1X SDR)' -> Gb/s."""
+    m = _RATE_RE.match(text)
+    return float(m.group(1)) if m else None
+
+
+def parse_state(text: str) -> str:
+    """'4: ACTIVE' (sysfs), 'Active' (ibstat), 'PORT_ACTIVE (4)' (ibv_devinfo) -> 'ACTIVE'."""
+    text = text.strip()
+    m = re.match(r"^(\d+):\s*(\S.*)$", text)
+    if m:
+        return PORT_STATES.get(int(m.group(1)), m.group(2).strip().upper())
+    m = re.match(r"^PORT_(\w+)\s*(?:\((\d+)\))?$", text)
+    if m:
+        return PORT_STATES.get(int(m.group(2)), m.group(1)) if m.group(2) else m.group(1)
+    upper = text.upper()
+    return "INIT" if upper == "INITIALIZING" else upper  # ibstat spells INIT out
+
+
+def parse_phys_state(text: str) -> str:
+    """'5: LinkUp' (sysfs), 'LinkUp' (ibstat), 'LINK_UP (5)' (ibv_devinfo -v) -> 'LinkUp'."""
+    text = text.strip()
+    m = re.match(r"^(\d+):\s*(\S.*)$", text) or re.match(r"^\S.*\((\d+)\)$", text)
+    if m:
+        return PHYS_STATES.get(int(m.group(1)), m.group(2).strip() if m.lastindex == 2 else text)
+    return text
+
+
+def split_sections(text: str) -> dict[str, list[str]]:
+    """Output of a probe script that marks sections with `## name` lines -> {name: lines}.
+
+    Lines before the first marker (an image entrypoint's banner) are dropped.
+    """
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        m = re.match(r"^## ([\w.]+)\s*$", line)
+        if m:
+            current = sections.setdefault(m.group(1), [])
+        elif current is not None and line.strip():
+            current.append(line.rstrip())
+    return sections
+
+
+_SYSFS_PORT_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/ports/(\d+)/(state|phys_state|rate|link_layer)$")
+_SYSFS_FW_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/fw_ver$")
+_SYSFS_UVERBS_RE = re.compile(r"^/sys/class/infiniband_verbs/(uverbs\d+)/ibdev$")
+
+
+def parse_sysfs(lines: Iterable[str]) -> RdmaNode:
+    """`grep -H . <sysfs files>` lines ('PATH:VALUE') -> HCAs, ports, firmware and uverbs map."""
+    node = RdmaNode()
+    fields: dict[tuple[str, int], dict[str, str]] = {}
+    for line in lines:
+        path, sep, value = line.partition(":")
+        if not sep:
+            continue
+        value = value.strip()
+        m = _SYSFS_PORT_RE.match(path)
+        if m:
+            fields.setdefault((m.group(1), int(m.group(2))), {})[m.group(3)] = value
+            continue
+        m = _SYSFS_FW_RE.match(path)
+        if m:
+            node.firmware[m.group(1)] = value
+            node.ports.setdefault(m.group(1), [])
+            continue
+        m = _SYSFS_UVERBS_RE.match(path)
+        if m and value:
+            node.uverbs[m.group(1)] = value
+    for (hca, number), f in sorted(fields.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1])):
+        node.ports.setdefault(hca, []).append(
+            Port(
+                hca,
+                number,
+                parse_state(f["state"]) if "state" in f else "",
+                parse_phys_state(f["phys_state"]) if "phys_state" in f else "",
+                parse_rate(f["rate"]) if "rate" in f else None,
+                f.get("rate", ""),
+                f.get("link_layer", ""),
+            )
+        )
+    return node
+
+
+def parse_stat_devices(lines: Iterable[str]) -> dict[str, DevNode]:
+    """`stat -c '%n %a %U %G' /dev/infiniband/*` lines -> {path: DevNode}."""
+    devices = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 4 and parts[0].startswith("/dev/") and re.fullmatch(r"[0-7]{1,4}", parts[1]):
+            devices[parts[0]] = DevNode(parts[0], int(parts[1], 8), parts[2], parts[3])
+    return devices
+
+
+def parse_ibstat(text: str) -> dict[str, list[Port]]:
+    """`ibstat` output -> {HCA: ports}. Tolerates lost indentation, `ibwarn:`/`+ ` debug lines and
+    a trailing `ibpanic:` (ibstat exits non-zero when one CA disappears, corpus pr-gpud-752)."""
+    hcas: dict[str, list[Port]] = {}
+    hca: str | None = None
+    number: int | None = None
+    f: dict[str, str] = {}
+
+    def flush() -> None:
+        if hca is not None and number is not None:
+            hcas[hca].append(
+                Port(
+                    hca,
+                    number,
+                    parse_state(f["State"]) if "State" in f else "",
+                    parse_phys_state(f["Physical state"]) if "Physical state" in f else "",
+                    parse_rate(f["Rate"]) if "Rate" in f else None,
+                    f"{f['Rate']} Gb/sec" if "Rate" in f else "",
+                    f.get("Link layer", ""),
+                )
+            )
+
+    for raw in text.splitlines():
+        line = raw.strip()
+        m = re.match(r"^CA '([^']+)'$", line)
+        if m:
+            flush()
+            hca, number, f = m.group(1), None, {}
+            hcas.setdefault(hca, [])
+            continue
+        m = re.match(r"^Port (\d+):$", line)
+        if m and hca is not None:
+            flush()
+            number, f = int(m.group(1)), {}
+            continue
+        key, sep, value = line.partition(":")
+        if sep and number is not None:
+            f[key.strip()] = value.strip()
+    flush()
+    return hcas
+
+
+def parse_ibv_devinfo(text: str) -> dict[str, list[Port]]:
+    """`ibv_devinfo` (or `-v`) output -> {HCA: ports}. State and link layer only (no rate without -v)."""
+    hcas: dict[str, list[Port]] = {}
+    hca: str | None = None
+    number: int | None = None
+    f: dict[str, str] = {}
+
+    def flush() -> None:
+        if hca is not None and number is not None:
+            rate = None
+            width = re.match(r"(\d+)X", f.get("active_width", ""))
+            speed = re.match(r"([\d.]+) Gbps", f.get("active_speed", ""))
+            if width and speed:
+                rate = int(width.group(1)) * float(speed.group(1))
+            hcas[hca].append(
+                Port(
+                    hca,
+                    number,
+                    parse_state(f["state"]) if "state" in f else "",
+                    parse_phys_state(f["phys_state"]) if "phys_state" in f else "",
+                    rate,
+                    f"{rate:g} Gb/sec" if rate is not None else "",
+                    f.get("link_layer", ""),
+                )
+            )
+
+    for raw in text.splitlines():
+        line = raw.strip()
+        key, sep, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if not sep:
+            continue
+        if key == "hca_id":
+            flush()
+            hca, number, f = value, None, {}
+            hcas.setdefault(hca, [])
+        elif key == "port" and hca is not None and value.isdigit():
+            flush()
+            number, f = int(value), {}
+        elif number is not None:
+            f[key] = value
+    flush()
+    return hcas
+
+
+_PROVIDER_RE = re.compile(r"^lib(.+)-rdmav\d+\.so$")
+
+
+def verbs_libraries(paths: Iterable[str]) -> tuple[list[str], dict[str, str]]:
+    """Paths from the library listing -> (libibverbs.so.1 paths, {provider name: path})."""
+    core: list[str] = []
+    providers: dict[str, str] = {}
+    for path in paths:
+        base = path.rsplit("/", 1)[-1]
+        if base == "libibverbs.so.1":
+            core.append(path)
+        m = _PROVIDER_RE.match(base)
+        if m and "/libibverbs/" in path:
+            providers.setdefault(m.group(1), path)
+    return core, providers
+
+
+# -- gathering -------------------------------------------------------------------------------
+
+# Where libibverbs.so.1 lives on RHEL (lib64), Debian/Ubuntu (multiarch) and in images, plus
+# LD_LIBRARY_PATH and the folders /etc/ld.so.conf.d/*.conf adds to the loader's search (a site
+# build under a prefix; read with sh builtins only, as an image may lack cat and grep);
+# providers sit in <libdir>/libibverbs/lib<name>-rdmav<ABI>.so (rdma-core).
+LIBRARY_SCAN = (
+    "for d in /usr/lib64 /lib64 /usr/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu "
+    "/usr/lib/powerpc64le-linux-gnu $(echo \"${LD_LIBRARY_PATH:-}\" | tr ':' ' ') "
+    '$(for c in /etc/ld.so.conf.d/*.conf; do [ -r "$c" ] && while read -r l _; do '
+    'case "$l" in /*) echo "$l";; esac; done < "$c"; done); do '
+    'for f in "$d"/libibverbs.so.1 "$d"/libibverbs/lib*-rdmav*.so; do [ -e "$f" ] && echo "$f"; done; '
+    "done"
+)
+
+HOST_SCRIPT = "\n".join(
+    [
+        "echo '## sysfs'",
+        "grep -H . /sys/class/infiniband/*/ports/*/state /sys/class/infiniband/*/ports/*/phys_state"
+        " /sys/class/infiniband/*/ports/*/rate /sys/class/infiniband/*/ports/*/link_layer"
+        " /sys/class/infiniband/*/fw_ver /sys/class/infiniband_verbs/uverbs*/ibdev",
+        "echo '## devices'",
+        "stat -c '%n %a %U %G' /dev/infiniband/*",
+        "echo '## libraries'",
+        LIBRARY_SCAN,
+        "exit 0",
+    ]
+)
+
+
+@fact
+def rdma(host: Host) -> RdmaNode:
+    """HCAs, ports, /dev/infiniband and verbs libraries of the node, in one command."""
+    result = host.run("sh", "-c", HOST_SCRIPT)
+    shorten_last_observation(host, HOST_SCRIPT, "<rdma gather script>")
+    if result.timed_out:
+        raise CommandTimeout(host.name, f"reading RDMA sysfs did not finish within {result.duration_s:.1f} s")
+    sections = split_sections(result.stdout)
+    if "sysfs" not in sections:
+        raise HostError(host.name, f"the RDMA gather printed no sections: {result.describe()}")
+    node = parse_sysfs(sections.get("sysfs", []))
+    node.devices = parse_stat_devices(sections.get("devices", []))
+    node.libraries = sorted(set(sections.get("libraries", [])))
+    if not node.ports:  # sysfs unreadable (a restricted container, an odd kernel): ask the tools
+        for tool, parser in (("ibstat", parse_ibstat), ("ibv_devinfo", parse_ibv_devinfo)):
+            answer = host.run(tool)
+            found = parser(answer.stdout) if answer.exit_code != 127 and not answer.timed_out else {}
+            if found:
+                node.ports, node.source = found, tool
+                break
+    return node
+
+
+def library_problems(libraries: Iterable[str], providers: Sequence[str], where: str) -> list[str]:
+    core, found = verbs_libraries(libraries)
+    problems = []
+    if not core:
+        problems.append(f"no libibverbs.so.1 {where}")
+    for name in providers:
+        if name not in found:
+            problems.append(f"no {name} verbs provider (lib{name}-rdmav*.so) {where}")
+    return problems

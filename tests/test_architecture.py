@@ -1,0 +1,91 @@
+"""Layering rules the code must keep: checks judge facts, and no check module imports another.
+
+A check module (checks/<subsystem>.py) reads what it judges through clustercheck.facts (or the
+core API); what two checks share is a fact, so a subsystem can change without breaking another.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKS = ROOT / "checks"
+FACTS = ROOT / "src" / "clustercheck" / "facts"
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, dotted name) of every import in a file, relative ones resolved against checks/."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):  # nested imports (inside functions) count too
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # `from .rdma import x` or `from . import rdma`
+                base = node.module or ""
+                names = [base] if base else [alias.name for alias in node.names]
+                found += [(node.lineno, "checks." + n) for n in names]
+            elif node.module:
+                found.append((node.lineno, node.module))
+                if node.module in ("checks", "clustercheck.checks"):  # `from checks import rdma`
+                    found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+    return found
+
+
+def sibling_imports(path: Path, modules: set[str]) -> list[str]:
+    """`FILE:LINE: imports checks.X` for each import of one of `modules` of checks/."""
+    out = []
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    for line, name in imported_modules(path):
+        for prefix in ("checks.", "clustercheck.checks."):
+            if name.startswith(prefix) and name[len(prefix) :].split(".")[0] in modules:
+                out.append(f"{shown}:{line}: imports {name}")
+    return out
+
+
+def check_modules() -> list[Path]:
+    return sorted(p for p in CHECKS.glob("*.py") if p.name != "__init__.py")
+
+
+def test_no_check_module_imports_another() -> None:
+    modules = {p.stem for p in check_modules()}
+    assert len(modules) >= 8, modules  # the test looks where the checks are
+    offences = [o for p in check_modules() for o in sibling_imports(p, modules)]
+    assert not offences, "a check module imports another (move what they share to clustercheck.facts):\n" + "\n".join(
+        offences
+    )
+
+
+def test_the_rule_catches_every_form_of_import(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from .rdma import x\n"
+        "from . import node\n"
+        "import checks.gpu\n"
+        "from clustercheck.checks.stack import y\n"
+        "from checks import monitoring\n"
+        "def f():\n"
+        "    from .container import z\n"
+        "import clustercheck.facts.image\n"
+    )
+    modules = {"rdma", "node", "gpu", "stack", "monitoring", "container"}
+    caught = [o.rsplit(": imports ", 1)[1] for o in sibling_imports(sample, modules)]
+    assert caught == [
+        "checks.rdma",
+        "checks.node",
+        "checks.gpu",
+        "clustercheck.checks.stack",
+        "checks.monitoring",
+        "checks.container",
+    ], caught
+    assert sibling_imports(sample, {"storage"}) == []  # facts and other modules are not siblings
+
+
+def test_facts_modules_import_no_check_module() -> None:
+    offences = []
+    for path in sorted(FACTS.glob("*.py")):
+        for line, name in imported_modules(path):
+            if name == "checks" or name.startswith(("checks.", "clustercheck.checks")):
+                offences.append(f"{path.relative_to(ROOT)}:{line}: imports {name}")
+    assert not offences, "a facts module imports a check module:\n" + "\n".join(offences)
