@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from clustercheck import __version__, cli
-from clustercheck.errors import ClusterCheckError, HostError, UsageError
-from clustercheck.result import ExitCode
+from clustercheck.errors import UsageError
 
 COMMANDS = ("run", "prolog", "health", "checks")
 
@@ -273,51 +272,36 @@ def _not_carried(module: str, what: str) -> UsageError:
     )
 
 
-def _fail(message: str, code: int) -> NoReturn:
-    print(f"clustercheck: {message}", file=sys.stderr)
-    sys.exit(code)
-
-
 def main(argv: list[str] | None = None) -> NoReturn:
-    """The single file's entry point: the same error boundary and exit codes as cli.main()."""
+    """The single file's entry point, through cli.guarded: the one error boundary, same exit codes."""
     args = sys.argv[1:] if argv is None else list(argv)
+    cli._command[:] = args  # for the --debug hint
     while args and args[0] == "--debug":
         cli.state.debug = True
         args.pop(0)
     command = args[0] if args else "--help"
     handlers = {"run": run, "prolog": prolog, "health": health, "checks": checks}
-    try:
+
+    def body() -> None:
         if command == "--version":
             print(f"clustercheck {__version__}")
-            sys.exit(0)
+            return
         if command in ("--help", "-h"):
             print(USAGE, end="")
-            sys.exit(0)
-        if command in handlers:
-            handlers[command](args[1:])
-        else:
+            return
+        try:
+            if command in handlers:
+                handlers[command](args[1:])
+                return
             try:
                 import typer  # noqa: F401  (a full install beside the node's python3: use it)
             except ImportError:
                 raise _not_carried("typer", f"`clustercheck {command}`") from None
             cli.main(["--debug", *args] if cli.state.debug else args)
-    except KeyboardInterrupt:
-        _fail("interrupted", 130)
-    except UsageError as exc:
-        _fail(f"error: {exc}", ExitCode.USAGE)
-    except HostError as exc:
-        _fail(f"{exc.host}: {exc}", ExitCode.ERROR)
-    except ClusterCheckError as exc:
-        _fail(f"error: {exc}", ExitCode.ERROR)
-    except ModuleNotFoundError as exc:
-        top = (exc.name or "").partition(".")[0]
-        if top in NOT_CARRIED:
-            _fail(f"error: {_not_carried(top, ' '.join(args[:1]) or 'this')}", ExitCode.USAGE)
-        if cli.state.debug:
+        except ModuleNotFoundError as exc:  # a C-extension dependency the single file does not carry
+            top = (exc.name or "").partition(".")[0]
+            if top in NOT_CARRIED:
+                raise _not_carried(top, " ".join(args[:1]) or "this") from None
             raise
-        _fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", 70)
-    except Exception as exc:
-        if cli.state.debug:
-            raise
-        _fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", 70)
-    sys.exit(cli.state.exit_code)
+
+    sys.exit(cli.guarded(body))
