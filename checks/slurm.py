@@ -19,10 +19,7 @@ import re
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.analyzers.topology import (
     Finding,
-    Topology,
     TopologyError,
-    parse_topology_conf,
-    parse_topology_yaml,
     place,
 )
 from clustercheck.errors import HostError
@@ -36,28 +33,12 @@ from clustercheck.facts.slurm_conf import (
     parse_gres_gpus,
     read_slurm_conf,
 )
+from clustercheck.facts.topology import NEEDS as TOPOLOGY_NEEDS
+from clustercheck.facts.topology import read_topology
 from clustercheck.hostlist import SLURM_MAX_NAME, expand, fold
 from clustercheck.result import Status, worst
 
-# -- reading the configuration (slurm.conf and its includes: clustercheck.facts.slurm_conf) ---------
-
-
-def read_topology(host: Host, config_dir: str) -> Topology | None:
-    """topology.yaml when present (Slurm ignores topology.conf then), else topology.conf, else None."""
-
-    def gather(h: Host) -> Topology | None:
-        yaml_path = posixpath.join(config_dir, "topology.yaml")
-        conf_path = posixpath.join(config_dir, "topology.conf")
-        try:
-            text = h.read_optional(yaml_path)
-            if text is not None:
-                return parse_topology_yaml(text, yaml_path)
-            text = h.read_optional(conf_path)
-            return parse_topology_conf(text, conf_path) if text is not None else None
-        except TopologyError as exc:
-            raise ConfUnreadable(h.name, str(exc)) from None
-
-    return host.fact(f"topology:{config_dir}", gather)
+# -- reading: slurm.conf and its includes (clustercheck.facts.slurm_conf), topology (facts.topology) --
 
 
 def _findings_result(findings: list[Finding], ok_summary: str, data: dict[str, object], remedy: str) -> Result:
@@ -79,8 +60,7 @@ def _findings_result(findings: list[Finding], ok_summary: str, data: dict[str, o
 @check(
     needs=[
         *NEEDS,
-        "file /etc/slurm/topology.yaml",
-        "file /etc/slurm/topology.conf",
+        *TOPOLOGY_NEEDS,
     ],
     timeout=10,
 )
@@ -172,8 +152,7 @@ def topology(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Resul
     needs=[
         "command printenv SLURM_JOB_NODELIST",
         *NEEDS,
-        "file /etc/slurm/topology.yaml",
-        "file /etc/slurm/topology.conf",
+        *TOPOLOGY_NEEDS,
     ],
     timeout=5,
 )
