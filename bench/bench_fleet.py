@@ -79,6 +79,13 @@ def probe(host: Host) -> Result:
 """
 
 
+def _shown(path: str) -> str:
+    """A path as a reader can use it: relative to the repository when inside it, else its name."""
+    repo = Path(__file__).resolve().parents[1]
+    inside = Path(path).absolute().is_relative_to(repo)
+    return os.path.relpath(path, repo) if inside else os.path.basename(path)
+
+
 @dataclass
 class Subject:
     key: str
@@ -402,7 +409,7 @@ def report(subjects: list[Subject], args: argparse.Namespace, python: str, tmp: 
         f"Date: {_dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}  ",
         f"Machine: {platform.node()}, {os.cpu_count()} CPUs (nproc), Linux {platform.release()}, "
         f"Python {platform.python_version()}, {tool_versions()}  ",
-        f"Command: `{shlex.join([python, *sys.argv])}`  ",
+        f"Command: `{shlex.join([_shown(python), *sys.argv])}`  ",
         f"Hosts: {n} loopback addresses ({hl}), served by {-(-n // 16)} sshd daemons on one port, on the same "
         f"CPUs as the tools; fan-out {args.jobs} for every tool  ",
         f"Rounds: {args.rounds} measured ({min(args.rounds, args.default_kex_rounds)} for the OpenSSH-default-kex "

@@ -67,7 +67,7 @@ SHAPES = st.one_of(
     st.builds(lambda n, s: f'{n}="{s}"', NAMES, _secret(SPACED)),
     st.builds(lambda n, s: f"{n}='{s}'", NAMES, _secret(SPACED)),
     st.builds(lambda n, s: f"export {n}={s}", NAMES, _secret(WORD)),
-    st.builds(lambda n, s: f"PATH=/usr/bin\0{n}={s}\0HOME=/root", NAMES, _secret(WORD)),  # /proc/PID/environ
+    st.builds(lambda n, s: f"PATH=/usr/bin\0{n}={s}\0HOME=/home/alice", NAMES, _secret(WORD)),  # /proc/PID/environ
     st.builds(lambda n, s: f'"Env": ["LANG=C", "{n}={s}"]', NAMES, _secret(SPACED)),  # docker inspect
     st.builds(lambda n, s: f"-D{n}={s}", NAMES, _secret(WORD)),  # a JVM property
     st.builds(lambda o, s: f"{o} {_no_leading_dash(s)}", OPTIONS, _secret(WORD)),
@@ -129,7 +129,7 @@ def test_tokens_known_by_their_shape_are_blanked_anywhere(value: str) -> None:
     "line",
     [
         # real lines from the recorded fixtures and corpus: nothing here is a secret
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin PWD=/root OLDPWD=/ SHLVL=1",
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin PWD=/home/alice OLDPWD=/ SHLVL=1",
         "nvidia-persiste nvidia-persistenced",
         "sshd            sshd: /usr/sbin/sshd -D [listener] 0 of 10-100 startups",
         "ssh -p 22 -o StrictHostKeyChecking=yes gpu001",
