@@ -62,13 +62,15 @@ lint: venv
 # Three side-by-side benchmarks, each against the tool people use today:
 #   prolog path vs python -c pass and LBNL NHC (NHC=/path/to/sbin/nhc NHC_CFG_PREFIX=...),
 #   nccl-log on a generated multi-GB log vs grep -c (appends its section to RESULTS.md),
-#   storage read patterns vs fio on the same folder (apt-get install fio),
-#   fleet runs over SSH on 256 loopback nodes vs clush and pdsh (apt-get install clustershell pdsh).
+#   storage read patterns vs fio with as many jobs, on a disk and on memory (apt-get install fio),
+#   fleet runs over SSH on 256 loopback nodes vs clush and pdsh (apt-get install clustershell pdsh);
+# then bench/summary.py puts every ratio, its target and commands in one table atop RESULTS.md.
 bench: venv system-deps
 	$(VENV)/bin/python bench/bench.py --markdown bench/RESULTS.md $(BENCH_ARGS)
 	$(VENV)/bin/python bench/bench_nccl.py --markdown bench/RESULTS.md $(NCCL_BENCH_ARGS)
-	$(VENV)/bin/python bench/bench_storage.py --size 2048 --rounds 4 --budget 20 --markdown bench/RESULTS.md
+	$(VENV)/bin/python bench/bench_storage.py --size 2048 --rounds 4 --budget 20 --markdown bench/RESULTS.md $(STORAGE_BENCH_ARGS)
 	$(VENV)/bin/python bench/bench_fleet.py --markdown bench/FLEET.md $(BENCH_FLEET_ARGS)
+	$(VENV)/bin/python bench/summary.py bench/RESULTS.md bench/FLEET.md
 
 # The single file carries clustercheck (from the wheel) and the pure-Python dependencies as this
 # venv has them: see tools/build_pyz.py for why, and what it leaves out.

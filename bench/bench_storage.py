@@ -1,18 +1,26 @@
 #!/usr/bin/env python3
 """clustercheck's storage figures beside fio's, on the same folder, file sizes and reader count.
 
-For --rounds rounds, in the same run, on a filesystem folder (--dir, default /var/tmp):
+For --rounds rounds, in the same run, on each filesystem folder (--dir, repeatable; default
+/var/tmp, a disk, and /dev/shm, memory: the stand-in here for a drive faster than one Python
+process can drive):
 
   clustercheck  the measuring script of `storage.read_pattern`, run exactly as the check runs
                 it (`python3 -c SCRIPT ARGS`): sequential 1 MiB reads, random 4 KiB and
-                128 KiB reads, small files; O_DIRECT where the filesystem allows it
-  fio           `fio --ioengine=psync --direct=1` (pread, as the script) with the same number
-                of jobs as readers and one file of --size / --readers per job:
+                128 KiB reads, small files; O_DIRECT where the filesystem allows it; the random
+                reads in --workers processes (default 0, the check's: one per reader, at most
+                one per CPU)
+  one process   the same script with workers=1 (every reader a thread of one process, as before
+                issue 16), for the random-read rows only
+  fio           `fio --ioengine=psync --direct=1` (pread, as the script) with --numjobs equal to
+                the readers (fio's jobs are processes) and one file of --size / --readers per job:
                 rw=read bs=1M; rw=randread bs=4k; rw=randread bs=128k (time-based, --fio-runtime s)
 
-and reports clustercheck's figure / fio's figure per pattern (medians over rounds). The target
-(issue 7) is within +-15% for sequential and random reads. Small files have no fio twin that
-does the same open+fstat+read+close, so only clustercheck's figure is shown.
+and reports clustercheck's figure / fio's figure per pattern (medians over rounds). The targets
+(issues 7 and 16) are within +-15% of fio for sequential and random reads, with the same number
+of jobs. Small files have no fio twin that does the same open+fstat+read+close, so only
+clustercheck's figure is shown. Each section ends with machine-readable `TARGET HELD:` /
+`TARGET MISSED:` lines (bench/summary.py reads them) and the exact commands.
 
 Writes Markdown to --markdown FILE (in a `<!-- bench_storage -->` section) and prints it.
 Exits 0 once it has measured, 2 when it cannot run (no fio, no python3).
@@ -25,6 +33,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -38,7 +47,7 @@ REPO = HERE.parent
 MIB = 1 << 20
 
 
-def clustercheck_round(folder: Path, size: int, readers: int, budget: float) -> dict[str, Any]:
+def clustercheck_round(folder: Path, size: int, readers: int, budget: float, workers: int) -> dict[str, Any]:
     sys.path.insert(0, str(REPO / "src"))
     sys.path.insert(0, str(REPO))
     from clustercheck.checks.storage import SCRIPT
@@ -56,12 +65,16 @@ def clustercheck_round(folder: Path, size: int, readers: int, budget: float) -> 
         "max_ops": 20000,
         "o_direct": True,
         "dataset": False,
+        "workers": workers,
     }
     proc = subprocess.run(["python3", "-c", SCRIPT, json.dumps(args)], capture_output=True, text=True, check=False)
     record: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     if record.get("error") or record.get("refused"):
         raise SystemExit(f"clustercheck's script: {record.get('error') or record.get('refused')}")
     return record
+
+
+FIO_COMMANDS: list[str] = []  # one of each, for the section's "exact commands"
 
 
 def fio(folder: Path, name: str, rw: str, bs: str, per_job: int, readers: int, runtime: float) -> dict[str, Any]:
@@ -80,6 +93,9 @@ def fio(folder: Path, name: str, rw: str, bs: str, per_job: int, readers: int, r
     ]
     if rw == "randread":
         argv += [f"--runtime={runtime:g}", "--time_based"]
+    shown = " ".join(a.replace(str(folder), "TMP") for a in argv)
+    if shown not in FIO_COMMANDS:
+        FIO_COMMANDS.append(shown)
     proc = subprocess.run(argv, capture_output=True, text=True, check=True)
     read = json.loads(proc.stdout[proc.stdout.index("{") :])["jobs"][0]["read"]
     pcts = read["clat_ns"].get("percentile", {})
@@ -95,25 +111,19 @@ def _fmt(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", type=Path, default=Path("/var/tmp"), help="the filesystem folder to measure in")
-    parser.add_argument("--size", type=int, default=512, help="MiB of data in the file set")
-    parser.add_argument("--readers", type=int, default=4)
-    parser.add_argument("--budget", type=float, default=12.0, help="clustercheck's budget, seconds")
-    parser.add_argument("--fio-runtime", type=float, default=3.0, help="seconds per fio random-read run")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--markdown", type=Path, help="write the figures as Markdown to this file")
-    args = parser.parse_args()
-    if not shutil.which("fio"):
-        print("bench_storage: fio is not installed (Debian package fio)", file=sys.stderr)
-        return 2
+RATIO_KEYS = ("seq MB/s", "rand 4 KiB IOPS", "rand 128 KiB IOPS")
+
+
+def measure_folder(folder: Path, args: argparse.Namespace) -> tuple[str, list[str]]:
+    """One folder's section text and its TARGET lines."""
     size, per_job = args.size * MIB, args.size * MIB // args.readers
     cc: dict[str, list[float]] = {}
+    one: dict[str, list[float]] = {}
     fi: dict[str, list[float]] = {}
+    cache, workers = "?", 1
     for _ in range(args.rounds):
-        r = clustercheck_round(args.dir, size, args.readers, args.budget)
-        cache = r["cache"]
+        r = clustercheck_round(folder, size, args.readers, args.budget, args.workers)
+        cache, workers = r["cache"], int(r.get("workers", 1))
         for key, value in (
             ("seq MB/s", r["seq"]["mb_s"]),
             ("rand 4 KiB IOPS", r["rand_4k"]["iops"]),
@@ -124,11 +134,15 @@ def main() -> int:
             ("small files/s", r["meta"]["files_s"]),
         ):
             cc.setdefault(key, []).append(value)
-        with tempfile.TemporaryDirectory(prefix=".bench-storage-fio-", dir=args.dir) as tmp:
-            folder = Path(tmp)
-            seq = fio(folder, "seq", "read", "1M", per_job, args.readers, args.fio_runtime)
-            r4 = fio(folder, "seq", "randread", "4k", per_job, args.readers, args.fio_runtime)  # same files
-            r128 = fio(folder, "seq", "randread", "128k", per_job, args.readers, args.fio_runtime)
+        if workers > 1:  # the same script, every reader a thread of one process
+            r1 = clustercheck_round(folder, size, args.readers, args.budget, 1)
+            one.setdefault("rand 4 KiB IOPS", []).append(r1["rand_4k"]["iops"])
+            one.setdefault("rand 128 KiB IOPS", []).append(r1["rand_128k"]["iops"])
+        with tempfile.TemporaryDirectory(prefix=".bench-storage-fio-", dir=folder) as tmp:
+            where = Path(tmp)
+            seq = fio(where, "seq", "read", "1M", per_job, args.readers, args.fio_runtime)
+            r4 = fio(where, "seq", "randread", "4k", per_job, args.readers, args.fio_runtime)  # same files
+            r128 = fio(where, "seq", "randread", "128k", per_job, args.readers, args.fio_runtime)
         for key, value in (
             ("seq MB/s", seq["mb_s"]),
             ("rand 4 KiB IOPS", r4["iops"]),
@@ -138,38 +152,90 @@ def main() -> int:
             ("rand 128 KiB p99 ms", r128["p99_ms"]),
         ):
             fi.setdefault(key, []).append(value)
-    rows, verdicts = [], []
+    fstype = subprocess.run(["stat", "-f", "-c", "%T", str(folder)], capture_output=True, text=True).stdout.strip()
+    procs = f"{args.readers} readers in {workers} processes" if workers > 1 else f"{args.readers} readers in 1 process"
+    rows, targets = [], []
     for key, values in cc.items():
         mine = statistics.median(values)
+        single = f"{_fmt(statistics.median(one[key]))}" if key in one else ""
         if key in fi:
             theirs = statistics.median(fi[key])
             ratio = mine / theirs if theirs else float("nan")
-            rows.append(f"| {key} | {_fmt(mine)} | {_fmt(theirs)} | {ratio:.2f} |")
-            if key in ("seq MB/s", "rand 4 KiB IOPS", "rand 128 KiB IOPS"):
-                verdicts.append(f"{key}: {ratio:.2f} ({'within' if abs(ratio - 1) <= 0.15 else 'OUTSIDE'} +-15%)")
+            ratio1 = f"{statistics.median(one[key]) / theirs:.2f}" if key in one and theirs else ""
+            rows.append(f"| {key} | {_fmt(mine)} | {single} | {_fmt(theirs)} | {ratio:.2f} | {ratio1} |")
+            if key in RATIO_KEYS:
+                held = abs(ratio - 1) <= 0.15
+                targets.append(
+                    f"TARGET {'HELD' if held else 'MISSED'}: storage {folder} ({fstype}) {key}: clustercheck / fio "
+                    f"{ratio:.2f} ({procs}; fio --numjobs={args.readers}), target within +-15%"
+                )
         else:
-            rows.append(f"| {key} | {_fmt(mine)} | (no fio twin) | |")
+            rows.append(f"| {key} | {_fmt(mine)} | {single} | (no fio twin) | | |")
     per_round = "; ".join(
-        f"{key}: " + ", ".join(f"{m / t:.2f}" for m, t in zip(cc[key], fi[key], strict=True))
-        for key in ("seq MB/s", "rand 4 KiB IOPS", "rand 128 KiB IOPS")
+        f"{key}: " + ", ".join(f"{m / t:.2f}" for m, t in zip(cc[key], fi[key], strict=True)) for key in RATIO_KEYS
     )
-    fstype = subprocess.run(["stat", "-f", "-c", "%T", str(args.dir)], capture_output=True, text=True).stdout.strip()
+    text = f"""
+### {folder} ({fstype})
+
+{args.size} MiB file set, {args.readers} readers = fio jobs, clustercheck's random reads in {workers} processes
+(workers={args.workers}: {"one per reader, up to the CPUs" if args.workers == 0 else "as given"}), page cache: {cache}
+(fio: direct=1), medians of {args.rounds} rounds.
+
+| pattern | clustercheck | clustercheck, 1 process | fio | clustercheck / fio | 1 process / fio |
+|---|---|---|---|---|---|
+{chr(10).join(rows)}
+
+Per round (clustercheck / fio, in run order; the spread is this folder's noise between runs):
+{per_round}
+
+{"".join(t + "  " + chr(10) for t in targets)}"""
+    return text, targets
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        action="append",
+        help="a filesystem folder to measure in (repeatable; default /var/tmp and /dev/shm)",
+    )
+    parser.add_argument("--size", type=int, default=512, help="MiB of data in the file set")
+    parser.add_argument("--readers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=0, help="processes for the random reads (0: the check's choice)")
+    parser.add_argument("--budget", type=float, default=12.0, help="clustercheck's budget, seconds")
+    parser.add_argument("--fio-runtime", type=float, default=3.0, help="seconds per fio random-read run")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--markdown", type=Path, help="write the figures as Markdown to this file")
+    args = parser.parse_args()
+    if not shutil.which("fio"):
+        print("bench_storage: fio is not installed (Debian package fio)", file=sys.stderr)
+        return 2
+    folders = args.dir or [Path(d) for d in ("/var/tmp", "/dev/shm") if Path(d).is_dir()]
+    started = dt.datetime.now(dt.timezone.utc)
+    sections, targets = [], []
+    for folder in folders:
+        text, held = measure_folder(folder, args)
+        sections.append(text)
+        targets += held
+    fio_version = subprocess.run(["fio", "--version"], capture_output=True, text=True).stdout.strip()
+    command = "python bench/bench_storage.py " + " ".join(a.replace(str(REPO) + "/", "") for a in sys.argv[1:])
+    load = os.getloadavg()
     text = f"""
 ## Storage read pattern: clustercheck vs fio
 
-{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node() and "this machine"}: {os.cpu_count()} CPUs,
-{args.dir} on {fstype}; {args.size} MiB file set, {args.readers} readers/jobs, page cache: {cache} (fio: direct=1),
-medians of {args.rounds} rounds, both in the same run. `python bench/bench_storage.py` reproduces it.
+{started:%Y-%m-%d %H:%M} UTC, {platform.node() and "this machine"}: {os.cpu_count()} CPUs, {fio_version},
+Python {platform.python_version()} (the script runs under `python3`),
+load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) at the end;
+clustercheck and fio in the same run, interleaved per round.
+Command: `{command}`
 
-| pattern | clustercheck | fio | clustercheck / fio |
-|---|---|---|---|
-{chr(10).join(rows)}
-
-{"; ".join(verdicts)}
-
-Per round (clustercheck / fio, in run order; the spread is this disk's noise between runs):
-{per_round}
-"""
+Exact commands: clustercheck: `python3 -c SCRIPT ARGS` (SCRIPT is checks/storage.py's, ARGS the
+check's JSON with this run's path, size, readers, budget and workers); fio (TMP: a fresh
+folder under the measured one, N the bytes per job):
+{chr(10).join("- `" + c + "`" for c in FIO_COMMANDS[:3])}
+{"".join(sections)}"""
+    text = re.sub(r"--size=\d+", "--size=N", text)
     print(text)
     if args.markdown:
         marker_start, marker_end = "<!-- bench_storage -->", "<!-- /bench_storage -->"
