@@ -16,19 +16,19 @@ the host's environment), and one merged script would change every recorded argv.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from clustercheck import Host
-from clustercheck.analyzers.versions import CudaVersion
 from clustercheck.errors import CommandTimeout, HostError
 from clustercheck.facts import shorten_last_observation
 from clustercheck.facts.infiniband import LIBRARY_SCAN, split_sections
 from clustercheck.registry import human_size
+
+if TYPE_CHECKING:
+    from clustercheck.analyzers.versions import CudaVersion
 
 
 def show_limit(value: float) -> str:
@@ -200,13 +200,13 @@ IMAGE_SCRIPT = (
 _DIST_INFO = re.compile(r"/(nvidia_[a-z0-9_]+?)-(\d+(?:\.\d+)+)[^/]*\.dist-info$")
 
 
-@dataclass(frozen=True)
-class ImageFacts:
-    """What the script saw inside an image."""
+class ImageFacts(NamedTuple):
+    """What the script saw inside an image (a NamedTuple, not a dataclass: rdma.* imports this
+    module on the prolog path, and a dataclass costs milliseconds at import)."""
 
     where: str  # the image path or rootfs, for messages
     version_json: str | None = None  # version.json's "cuda" version
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = {}  # noqa: RUF012  (never mutated: parse_image_probe builds a new one)
     libraries: tuple[str, ...] = ()
     nccl_string: str | None = None  # "2.21.5+cuda12.4" from the library's own banner
     pip: tuple[str, ...] = ()  # NVIDIA wheels' .dist-info folders
@@ -214,6 +214,8 @@ class ImageFacts:
 
     def cuda(self) -> tuple[CudaVersion, str] | None:
         """The image's CUDA version and where it came from, in order of trust."""
+        from clustercheck.analyzers.versions import CudaVersion  # only where an image is judged
+
         if self.version_json:
             try:
                 return CudaVersion.parse(self.version_json), f"/usr/local/cuda/version.json ({self.version_json})"
@@ -289,6 +291,8 @@ def parse_image_probe(text: str, where: str) -> ImageFacts:
     version = None
     raw = "\n".join(sections.get("version.json", [])).strip()
     if raw:
+        import json  # only where an image is looked into (json costs the prolog's import ms)
+
         try:
             cuda = json.loads(raw).get("cuda", {})
             version = str(cuda.get("version")) if isinstance(cuda, dict) and cuda.get("version") else None
