@@ -755,3 +755,52 @@ def test_check_sections_and_bad_grep_output() -> None:
     assert nccl_checks.numbered(["12:a:b", "x", ":3", "7:"]) == [(12, "a:b"), (7, "")]
     assert nccl_checks.analyze_grep_output("@@ rare\n@@ counts\nvia NET/\t0\n", "/x") is None
     assert nccl_checks.analyze_grep_output("garbage \x00 without sections", "/x") is None
+
+
+# -- newer NCCL: the device list of merged (virtual) NICs -----------------------------------------------
+
+NEW_LOGS = CORPUS / "nccl_logs_new"
+
+
+def test_merged_nic_device_list_names_every_physical_device() -> None:
+    # NVIDIA/nccl-tests#373 (MANIFEST.md, nccl_logs_new): two virtual NICs, each two RoCE ports; the
+    # list read nothing before (devices empty, link layer unknown).
+    r = analyze_paths([NEW_LOGS / "issue-nccl-tests-373-ibext-v8-merged-nics-roce-3node-socketFinalizeAccept.txt"])
+    host = r.hosts["bigo"]
+    assert host["devices"] == ["mlx5_2:1/RoCE", "mlx5_3:1/RoCE", "mlx5_0:1/RoCE", "mlx5_1:1/RoCE"]
+    assert host["link_layer"] == "roce" and host["oob"] == "bond0.526"
+    assert host["net_plugin"] == "IBext_v8" and host["gpudirect_rdma"] is False
+    out = r.to_json()
+    assert out["network"] == "ib" and out["link_layer"] == "roce" and out["status"] == "fail"
+    assert "socketFinalizeAccept: wrong type 3 != 4" in messages(r)
+
+
+_HCA = st.from_regex(r"\A(mlx5_[0-9]{1,2}|bnxt_re[0-9])\Z")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(_HCA, st.sampled_from(["IB", "RoCE"])), min_size=1, max_size=3), min_size=1, max_size=4
+    ),
+    st.text(max_size=40),
+)
+def test_merged_device_lists_parse_to_their_devices_and_garbage_never_crashes(
+    vnics: list[list[tuple[str, str]]], junk: str
+) -> None:
+    n = 0
+    parts = []
+    want: dict[str, str] = {}
+    for v, members in enumerate(vnics):
+        inner = []
+        for hca, link in members:
+            inner.append(f"[{n}] {hca}:1/{link}")
+            want.setdefault(f"{hca}:1", link)
+            n += 1
+        parts.append(f"[{v}]={{{', '.join(inner)}}}")
+    line = f"h1:1:2 [0] NCCL INFO NET/IB : Using {' '.join(parts)} [RO]; OOB eth0:10.0.0.1<0>\n"
+    host = analyze_text(line.encode()).hosts["h1"]
+    assert host["devices"] == [f"{d}/{link}" for d, link in want.items()]
+    # the same line cut anywhere, or with garbage spliced in, is read without a crash
+    cut = len(junk) % len(line)
+    json.dumps(analyze_text((line[:cut] + junk + line[cut:]).encode("utf-8", "replace")).to_json())

@@ -133,7 +133,9 @@ _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+\S*)")
 
 _TAIL = re.compile(r"NET/(.+?)/(\d+)(?:\((\d+)\))?((?:/[A-Za-z]+|\([A-Za-z]+\))*)\s*$")
 _CHANNEL_LINE = re.compile(r"(?:Channel|Ring) \d+(?:/\d+)? : .*? via (.+?)\s*$")
-_DEVICE = re.compile(r"\[(\d+)\]([^\s:\[\]]+):(\d+)/(\w+)((?:/\w+)*)")
+# `[0]mlx5_0:1/IB`, and (NCCL 2.19+ with merged NICs) `[0]={[0] mlx5_2:1/RoCE, [1] mlx5_3:1/RoCE}`:
+# the physical devices of a virtual NIC come after `[n] `; the single optional space keeps it linear.
+_DEVICE = re.compile(r"\[(\d+)\] ?([^\s:\[\]={},]+):(\d+)/(\w+)((?:/\w+)*)")
 _IFACE = re.compile(r"\[(\d+)\]([^\s:\[\]]+):([^\s<\[\]]+)<\d+>")
 
 # Messages taken apart by Scanner._info, _net_line and _ofi_line (compiled once: they run per kept line).
