@@ -171,6 +171,11 @@ def load(ref: str, *, extra_check_dirs: tuple[Path, ...] = (), allow_code: bool 
     configs = []
     for check_id, (params, where) in raw_checks.items():
         config = _validate(check_id, params, where, problems)
+        spec = registry.lookup(check_id) if config is not None else None
+        if config is not None and spec is not None and spec.validate is not None:
+            said = spec.validate(config.params, tuple(dict.fromkeys(chain.names)))
+            problems += [f"{where}: {check_id}: {problem}" for problem in said]
+            config = None if said else config
         if config is not None:
             configs.append(config)
     if problems:
@@ -195,6 +200,7 @@ class _Chain:
     dirs: list[tuple[Path, str]] = field(default_factory=list)
     dropped: list[tuple[str, str]] = field(default_factory=list)
     allow_code: bool = True
+    names: list[str] = field(default_factory=list)  # of every profile in the chain, for checks' validate
 
 
 def _is_bundled(path: Path) -> bool:
@@ -245,6 +251,7 @@ def _load_chain(
 
     raw: _Raw = {}
     name = _string(doc, "name", at, problems) or path.stem
+    chain.names += [name, path.stem]
     description = _string(doc, "description", at, problems) or ""
     parent = doc.get("extends")
     if parent is not None:

@@ -22,6 +22,7 @@ Built-in modules are imported only when a profile names one of their checks.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -30,7 +31,7 @@ import pkgutil
 import re
 import sys
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,9 @@ if typing.TYPE_CHECKING:
     from clustercheck.result import Result
 
 CheckFunc = Callable[..., "Result"]
+#: A check's own load-time rule on its parameters: (the parameters with defaults filled in, the
+#: names of the profile and of those it extends) -> problems, each one sentence; [] when fine.
+Validator = Callable[[Mapping[str, Any], tuple[str, ...]], list[str]]
 
 # -- sizes ----------------------------------------------------------------------------
 
@@ -176,6 +180,7 @@ class CheckSpec:
     needs: tuple[str, ...]
     timeout: float
     source: str
+    validate: Validator | None = None
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -203,7 +208,11 @@ def check(func: F, /) -> F: ...
 
 @typing.overload
 def check(
-    *, id: str | None = None, needs: Iterable[str] = (), timeout: float = DEFAULT_CHECK_TIMEOUT
+    *,
+    id: str | None = None,
+    needs: Iterable[str] = (),
+    timeout: float = DEFAULT_CHECK_TIMEOUT,
+    validate: Validator | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -214,15 +223,18 @@ def check(
     id: str | None = None,
     needs: Iterable[str] = (),
     timeout: float = DEFAULT_CHECK_TIMEOUT,
+    validate: Validator | None = None,
 ) -> Any:
     """Register a check. Usable bare (`@check`) or with options (`@check(needs=[...])`).
 
     `needs` says what the check reads on a node ("command nvidia-smi", "file /proc/meminfo",
-    "probe nvml"); `timeout` is its default time budget in seconds.
+    "probe nvml"); `timeout` is its default time budget in seconds; `validate` (a Validator)
+    judges the check's parameters when a profile loads, each problem reported at the check's
+    FILE:LINE in the profile like the other profile problems.
     """
 
     def register(f: F) -> F:
-        spec = _make_spec(f, id, tuple(needs), timeout)
+        spec = dataclasses.replace(_make_spec(f, id, tuple(needs), timeout), validate=validate)
         old = _REGISTRY.get(spec.id)
         if old is not None and old.source != spec.source:
             raise UsageError(f"check {spec.id} is defined twice: in {old.source} and in {spec.source}")
