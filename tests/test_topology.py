@@ -17,6 +17,7 @@ from clustercheck.analyzers.topology import (
     TopologyError,
     compare,
     fabric_topology,
+    oversubscription,
     parse_ibnetdiscover,
     parse_node_map,
     parse_slurm_conf,
@@ -545,7 +546,6 @@ def test_superbench_names_from_node_descriptions_and_no_aggregation_node() -> No
         ("hello\n", "x:1: not an ibnetdiscover line: 'hello'"),
         ('[1]\t"S-01"[2]\n', "x:1: a port line before any Switch/Ca line"),
         ("# only a comment\n", "x: no Switch or Ca in it"),
-        ('Switch\t2 "S-1"\t# "a"\nSwitch\t2 "S-1"\t# "a"\n', r"x:2: S-1 appears twice \(first at line 1\)"),
     ],
 )
 def test_garbage_dumps_are_named(text: str, message: str) -> None:
@@ -723,7 +723,7 @@ def test_cli_shows_the_fabric_tree_of_a_dump() -> None:
     ("args", "message"),
     [
         (["--nodes", "a", "--job-nodes-from-env"], "give --nodes or --job-nodes-from-env, not both"),
-        (["--generate"], "--generate, --compare and --node-map work on an --ibnetdiscover dump"),
+        (["--generate"], "--generate, --compare, --oversubscription and --node-map work on an --ibnetdiscover dump"),
         ([], "give --conf topology.conf"),
         (["--conf", "/nonexistent/topology.conf"], "/nonexistent/topology.conf: no such file"),
         (["--conf", str(TOPO / "unsw-rocks-abacus-topology.conf.txt"), "--nodes", "a[1-"], "--nodes: bad hostlist"),
@@ -738,3 +738,203 @@ def test_cli_bad_input_exits_64_with_a_message(args: list[str], message: str) ->
     proc = cli("topology", *args)
     assert proc.returncode == 64, (proc.returncode, proc.stdout, proc.stderr)
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- dumps without Ca blocks, and oversubscription (issue 20) ----------------------------------------------
+
+TOPOGRAPH = IB / "topograph-ibnetdiscover-ndr-dgx-31leaf-9spine-sharp.txt"
+TOPOGRAPH_BAD = IB / "topograph-ibnetdiscover-gb200-lone-ca-no-links-BAD.txt"
+P_EDR = IB / "infiniband-exporter-ibnetdiscover-p-ports-edr-links-only.txt"
+P_HDR = IB / "infiniband-exporter-ibnetdiscover-p-ports-hdr-leaf-spine-padded-names.txt"
+P_UNQUOTED = IB / "infiniband-exporter-ibnetdiscover-p-ports-qdr-unquoted-name.txt"
+
+
+def test_p_ports_report_links_from_both_ends() -> None:
+    # MANIFEST: hosts only on link lines; CA->SW and SW->CA lines are one cable; unpeered ports are no links
+    fabric = parse_ibnetdiscover(P_EDR.read_text(), P_EDR.name)
+    leaf = fabric.nodes["S-7cfe9003009ce5b0"]
+    assert leaf.description == "ib-i1l1s01" and leaf.kind == "Switch"
+    assert sorted((link.port, link.remote, link.speed) for link in leaf.links) == [
+        (1, "S-7cfe900300b07320", "4xEDR"),
+        (10, "H-7cfe9003003b4bde", "4xEDR"),
+        (11, "H-7cfe9003003b4b96", "4xEDR"),
+    ]
+    assert fabric.nodes["H-7cfe9003003b4bde"].links == [fabric.nodes["H-7cfe9003003b4bde"].links[0]]
+    assert fabric.nodes["S-08c0eb0300add20e"].links == []  # 'ib-i7l2s01' port 80 "4x SDR" with no peer
+    tree = fabric_topology(fabric)
+    assert tree.switches["S-7cfe9003009ce5b0"].nodes == ("o0001", "o0002")
+    assert tree.switches["S-506b4b03005c2740"].nodes == ("p0001",)
+    assert tree.switches["S-7cfe900300b07320"].children == ("S-7cfe9003009ce5b0",)
+
+
+def test_p_ports_generate_and_compare_end_to_end(tmp_path: Path) -> None:
+    proc = cli("topology", "--ibnetdiscover", P_EDR, "--generate")
+    assert proc.returncode == 0, proc.stderr
+    assert "SwitchName=S-7cfe9003009ce5b0 Nodes=o[0001-0002]  # ib-i1l1s01" in proc.stdout
+    assert "SwitchName=S-506b4b03005c2740 Nodes=p0001" in proc.stdout
+    conf = tmp_path / "topology.conf"
+    conf.write_text("SwitchName=ib-i1l1s01 Nodes=o0001,p0001\nSwitchName=ib-i4l1s01 Nodes=o0002\n")
+    proc = cli("topology", "--ibnetdiscover", P_EDR, "--compare", "--conf", conf)
+    assert proc.returncode == 2, proc.stdout
+    assert "cables go to S-" in proc.stdout and "p0001" in proc.stdout
+
+
+def test_p_ports_padded_names_and_aggregation_node() -> None:
+    fabric = parse_ibnetdiscover(P_HDR.read_text(), P_HDR.name)
+    assert fabric.nodes["S-946dae0300630bf6"].description == "5FB0405-leaf-IB01"  # trimmed
+    assert fabric.nodes["S-946dae0300618c83"].description == "5FB0406-spine-IB02"
+    tree = fabric_topology(fabric)
+    assert tree.nodes == ["worker20"]  # the Aggregation Node is no host
+    unquoted = parse_ibnetdiscover(P_UNQUOTED.read_text(), P_UNQUOTED.name)
+    assert unquoted.nodes["S-0002c9020040f161"].description == "Infiniscale-IV Mellanox Technologies"
+
+
+def test_hosts_only_on_switch_port_lines_are_taken_from_the_comments() -> None:
+    # The topograph dump with every Ca block cut: hosts appear only on the leaves' port lines.
+    lines = TOPOGRAPH.read_text().splitlines()
+    kept, skip = [], False
+    for line in lines:
+        if line.startswith("Ca\t"):
+            skip = True
+        elif not line.strip():
+            skip = False
+        if not skip:
+            kept.append(line)
+    fabric = parse_ibnetdiscover("\n".join(kept) + "\n", "cut")
+    assert not fabric.hcas or all(h.line for h in fabric.hcas)
+    tree = fabric_topology(fabric)
+    assert len(tree.switches) == 40 and "a08-p1-dgx-04-c01" in tree.nodes
+    (said,) = [f for f in fabric.findings if "linked to but not described" in f.message]
+    assert "taken from the port lines" in said.message
+    over = oversubscription(fabric)
+    assert (over.leaves[0].hosts, over.leaves[0].uplinks) == (18, 15)
+
+
+def test_topograph_oversubscription_matches_the_manifest() -> None:
+    over = oversubscription(parse_ibnetdiscover(TOPOGRAPH.read_text(), TOPOGRAPH.name))
+    assert len(over.leaves) == 31 and over.designed_uplinks == 18
+    by_name = {leaf.description.split(";")[1].split(":")[0]: leaf for leaf in over.leaves}
+    worst_leaf = over.leaves[0]
+    assert worst_leaf.description.startswith("MF0;A09-P1-IBLEAF-02-03")
+    assert (worst_leaf.hosts, worst_leaf.uplinks, round(worst_leaf.ratio or 0, 2)) == (18, 15, 1.2)
+    assert worst_leaf.host_gbps == 18 * 400 and worst_leaf.uplink_gbps == 15 * 400  # 4xNDR
+    assert (by_name["A09-P1-IBLEAF-01-02"].hosts, by_name["A09-P1-IBLEAF-01-02"].uplinks) == (16, 14)
+    assert (by_name["B09-P1-IBLEAF-03-07"].hosts, by_name["B09-P1-IBLEAF-03-07"].uplinks) == (17, 15)
+    assert "A09-P1-IBLEAF-03-01" not in by_name  # missing from the sweep
+    asym = [f.message for f in over.findings if "cabling asymmetry" in f.message]
+    assert any("A09-P1-IBLEAF-01-02" in m and "14 live uplinks" in m for m in asym)
+    assert all(f.status is Status.WARN for f in over.findings if "cabling asymmetry" in f.message)
+    assert over.status is Status.FAIL
+    # at 1.25:1 no leaf is over the limit; the asymmetry still warns
+    relaxed = oversubscription(parse_ibnetdiscover(TOPOGRAPH.read_text(), TOPOGRAPH.name), 1.25)
+    assert relaxed.status is Status.WARN
+
+
+def test_oversubscription_cli_exit_codes_and_json() -> None:
+    proc = cli("topology", "--ibnetdiscover", TOPOGRAPH, "--oversubscription")
+    assert proc.returncode == 2, proc.stderr
+    assert "1.20:1" in proc.stdout and "A09-P1-IBLEAF-02-03" in proc.stdout
+    proc = cli("topology", "--ibnetdiscover", TOPOGRAPH, "--oversubscription", "--max-ratio", "1.25")
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(cli("topology", "--ibnetdiscover", TOPOGRAPH, "--oversubscription", "-f", "json").stdout)
+    assert out["status"] == "fail" and out["worst"]["ratio"] == 1.2 and len(out["leaves"]) == 31
+    assert out["worst"]["hosts"] == 18 and out["worst"]["uplinks"] == 15
+    for bad in (["--max-ratio", "0"], ["--max-ratio", "-1"], ["--generate"]):
+        proc = cli("topology", "--ibnetdiscover", TOPOGRAPH, "--oversubscription", *bad)
+        assert proc.returncode == 64 and "Traceback" not in proc.stderr
+    proc = cli("topology", "--oversubscription")
+    assert proc.returncode == 64 and "--ibnetdiscover" in proc.stderr
+
+
+def test_dump_with_no_links_is_an_error_not_an_empty_conf() -> None:
+    # MANIFEST: the lone-Ca dump: --generate must say the dump has no links, not write a topology.conf
+    proc = cli("topology", "--ibnetdiscover", TOPOGRAPH_BAD, "--generate")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "no links" in proc.stderr and "Traceback" not in proc.stderr
+    proc = cli("topology", "--ibnetdiscover", TOPOGRAPH_BAD, "--oversubscription")
+    assert proc.returncode == 2 and "no switch with hosts" in proc.stdout
+
+
+def test_duplicate_guids_and_loops_are_findings() -> None:
+    dump = (
+        'Switch\t4 "S-01"\t# "leaf1" lid 1\n[1]\t"H-0a"[1]\t# "n1 mlx5_0" lid 3 4xHDR\n'
+        '[2]\t"S-02"[1]\t# "leaf2" lid 2 4xHDR\n[3]\t"S-02"[2]\t# "leaf2" lid 2 4xHDR\n\n'
+        'Switch\t4 "S-02"\t# "leaf2" lid 2\n[1]\t"S-01"[2]\t# "leaf1" lid 1 4xHDR\n'
+        '[2]\t"S-01"[3]\t# "leaf1" lid 1 4xHDR\n[3]\t"H-0b"[1]\t# "n2 mlx5_0" lid 4 4xHDR\n\n'
+        'Switch\t4 "S-01"\t# "leaf1 again" lid 9\n[4]\t"S-01"[4]\t# "leaf1" lid 9 4xHDR\n\n'
+        'Ca\t1 "H-0a"\t# "n1 mlx5_0"\n[1]\t"S-01"[1]\t# "leaf1" lid 1 4xHDR\n\n'
+    )
+    fabric = parse_ibnetdiscover(dump, "dup")
+    (dup,) = [f for f in fabric.findings if "appears twice" in f.message]
+    assert dup.status is Status.FAIL and dup.where == "dup:11" and "first at line 1" in dup.message
+    over = oversubscription(fabric)
+    assert over.status is Status.FAIL and {(lf.hosts, lf.uplinks) for lf in over.leaves} == {(1, 2)}
+    proc_fabric = fabric_topology(fabric)
+    assert len(proc_fabric.switches) == 2
+
+
+_LINE_PIECES = st.sampled_from(
+    [
+        "CA",
+        "SW",
+        "RT",
+        " ",
+        "  ",
+        "134",
+        "0x7cfe9003003b4bde",
+        "0x7cfe9003009ce5b0",
+        "4x",
+        "EDR",
+        "???",
+        "-",
+        "(",
+        ")",
+        "'",
+        "' - '",
+        "o0001 HCA-1",
+        "ib-i1l1s01",
+        "\t",
+        "[1]",
+        '"H-7cfe9003003b4bde"',
+        '# "x y" lid 1 4xNDR',
+        'Switch\t2 "S-01"',
+        "\n",
+    ]
+)
+
+
+@given(st.lists(_LINE_PIECES, max_size=40), st.text(max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_garbage_dumps_give_an_error_or_a_fabric_never_a_crash(pieces: list[str], junk: str) -> None:
+    text = "".join(pieces) + junk
+    try:
+        fabric = parse_ibnetdiscover(text, "g")
+    except TopologyError as exc:
+        assert str(exc).startswith("g")
+        return
+    over = oversubscription(fabric)
+    assert over.status in (Status.OK, Status.WARN, Status.FAIL)
+    fabric_topology(fabric)
+
+
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 3), st.sampled_from(["EDR", "HDR", "NDR"])), max_size=8))
+@settings(max_examples=100, deadline=None)
+def test_p_lines_give_the_ratio_of_their_ports(leaves: list[tuple[int, int, str]]) -> None:
+    lines = []
+    for i, (hosts, ups, speed) in enumerate(leaves):
+        leaf = f"0x{0x100 + i:016x}"
+        for h in range(hosts):
+            ca = f"0x{0x10000 + i * 16 + h:016x}"
+            lines.append(
+                f"CA  {9 + h}  1 {ca} 4x {speed} - SW  {i + 1} {h + 1} {leaf} ( 'n{i}x{h} mlx5_0' - 'leaf{i}' )"
+            )
+        for u in range(ups):
+            spine = f"0x{0x900 + u:016x}"
+            lines.append(
+                f"SW  {i + 1} {30 + u} {leaf} 4x {speed} - SW  {500 + u}  {i + 1} {spine} ( 'leaf{i}' - 'spine{u}' )"
+            )
+    if not lines:
+        return
+    over = oversubscription(parse_ibnetdiscover("\n".join(lines) + "\n", "p"))
+    got = {lf.description: (lf.hosts, lf.uplinks, lf.ratio) for lf in over.leaves}
+    assert got == {f"leaf{i}": (h, u, h / u if u else None) for i, (h, u, _) in enumerate(leaves)}

@@ -851,10 +851,52 @@ def normalize_guid(text: str) -> str:
     return value.lower().rjust(16, "0")
 
 
+#: `ibnetdiscover -p` (ports report): one line per port, hosts only on link lines, e.g.
+#: `CA   134  1 0x7cfe9003003b4bde 4x EDR - SW  1719 10 0x7cfe9003009ce5b0 ( 'o0001 HCA-1' - 'ib-i1l1s01' )`;
+#: a port with no peer ends in the node's description alone. The names are taken apart with
+#: string methods, not a backtracking pattern: a hostile line stays linear.
+_P_HEAD_RE = re.compile(r"^(CA|SW|RT)\s+(\d+)\s+(\d+)\s+(0x[0-9a-fA-F]{1,16})\s+(\d+x)\s+(\S+)\s*(.*)$")
+_P_PEER_RE = re.compile(r"^-\s+(CA|SW|RT)\s+(\d+)\s+(\d+)\s+(0x[0-9a-fA-F]{1,16})\s*(.*)$")
+_P_KIND = {"CA": ("Ca", "H-"), "SW": ("Switch", "S-"), "RT": ("Rt", "R-")}
+_COMMENT_DESC_RE = re.compile(r'^\s*"([^"]*)"')
+
+
+def _p_names(tail: str) -> tuple[str, str] | None:
+    """`( 'local name' - 'remote name' )` -> the two names, trimmed (sites pad them)."""
+    inner = tail.strip()
+    if not (inner.startswith("(") and inner.endswith(")")):
+        return None
+    inner = inner[1:-1].strip()
+    if len(inner) < 2 or inner[0] != "'" or inner[-1] != "'":
+        return None
+    parts = inner[1:-1].split("' - '")
+    if len(parts) != 2:
+        return None
+    return parts[0].strip(), parts[1].strip()
+
+
 def parse_ibnetdiscover(text: str, source: str = "ibnetdiscover") -> Fabric:
-    """An `ibnetdiscover` dump -> Fabric; TopologyError (FILE:LINE) for lines of no known form."""
+    """An `ibnetdiscover` dump -> Fabric; TopologyError (FILE:LINE) for lines of no known form.
+
+    Reads the default form (`Switch`/`Ca` blocks of port lines) and the ports report of
+    `ibnetdiscover -p` (one link a line, no blocks). A node only linked to, never described, is
+    taken from the port lines that name it (its description in their comment); the same GUID
+    described twice is a finding (the second block is left out), not an error."""
     nodes: dict[str, IBNode] = {}
     current: IBNode | None = None
+    findings: list[Finding] = []
+    # nodes seen only at the far end of a port line: name -> (kind, description, first line)
+    linked: dict[str, tuple[str, str, int]] = {}
+    p_ports: set[tuple[str, int]] = set()
+
+    def p_node(kind: str, guid: str, lid: str, desc: str, number: int) -> IBNode:
+        k, prefix = _P_KIND[kind]
+        name = prefix + normalize_guid(guid)
+        node = nodes.get(name)
+        if node is None:
+            node = nodes[name] = IBNode(k, name, 0, desc, number, int(lid) or None, [])
+        return node
+
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line:  # a blank line ends a node's block
@@ -868,7 +910,16 @@ def parse_ibnetdiscover(text: str, source: str = "ibnetdiscover") -> Fabric:
             lid = _LID_RE.search(rest or "")
             current = IBNode(kind, name, int(ports), desc or "", number, int(lid.group(1)) if lid else None, [])
             if name in nodes:
-                raise TopologyError(f"{source}:{number}: {name} appears twice (first at line {nodes[name].line})")
+                findings.append(
+                    Finding(
+                        Status.FAIL,
+                        f"{name} appears twice (first at line {nodes[name].line}): a duplicate GUID (two "
+                        "sweeps in one file, or a cloned GUID); the second block is left out",
+                        source,
+                        number,
+                    )
+                )
+                continue  # `current` collects the duplicate's ports and is dropped
             nodes[name] = current
             continue
         p = _PORT_RE.match(line)
@@ -878,21 +929,51 @@ def parse_ibnetdiscover(text: str, source: str = "ibnetdiscover") -> Fabric:
             port, _, remote, rport, _, comment = p.groups()
             speeds = _SPEED_RE.findall(comment or "")
             current.links.append(IBLink(int(port), remote, int(rport), speeds[-1] if speeds else ""))
+            if remote not in linked and remote[:2] in ("H-", "S-", "R-"):
+                d = _COMMENT_DESC_RE.match(comment or "")
+                if d:
+                    kind = {"H-": "Ca", "S-": "Switch", "R-": "Rt"}[remote[:2]]
+                    linked[remote] = (kind, d.group(1), number)
             continue
+        h = _P_HEAD_RE.match(line)
+        if h:
+            kind, plid, port, guid, width, speed, rest = h.groups()
+            peer = _P_PEER_RE.match(rest)
+            names = _p_names(peer.group(5)) if peer else None
+            if peer and names:
+                local = p_node(kind, guid, plid, names[0], number)
+                other = p_node(peer.group(1), peer.group(4), peer.group(2), names[1], number)
+                if (local.name, int(port)) not in p_ports:
+                    p_ports.add((local.name, int(port)))
+                    local.links.append(IBLink(int(port), other.name, int(peer.group(3)), width + speed))
+                continue
+            if not rest.startswith("-"):  # a port with no peer: down or unconnected, not a link
+                p_node(kind, guid, plid, rest.strip().strip("'").strip(), number)
+                continue
         raise TopologyError(
             f"{source}:{number}: not an ibnetdiscover line: {line[:60]!r} "
-            '(expected `Switch N "S-..."`, `Ca N "H-..."` or `[port] "NAME"[port]`)'
+            '(expected `Switch N "S-..."`, `Ca N "H-..."`, `[port] "NAME"[port]`, or an '
+            "`ibnetdiscover -p` line `SW LID PORT GUID 4x NDR - CA LID PORT GUID ( 'NAME' - 'NAME' )`)"
         )
     if not nodes:
         raise TopologyError(f"{source}: no Switch or Ca in it: not an ibnetdiscover dump")
     fabric = Fabric(source, nodes)
+    fabric.findings.extend(findings)
     dangling = sorted({link.remote for n in nodes.values() for link in n.links if link.remote not in nodes})
     if dangling:
+        taken = [d for d in dangling if d in linked]
+        for name in taken:
+            kind, desc, first = linked[name]
+            nodes[name] = IBNode(kind, name, 0, desc, first, None, [])
+        lost = [d for d in dangling if d not in linked]
         fabric.findings.append(
             Finding(
                 Status.WARN,
                 f"{_plural(len(dangling), 'node')} linked to but not described ({', '.join(dangling[:4])}"
-                f"{', ...' if len(dangling) > 4 else ''}): a truncated dump?",
+                f"{', ...' if len(dangling) > 4 else ''}): a truncated dump, or one that gives hosts only on "
+                "switch port lines"
+                + (f"; {len(taken)} taken from the port lines that name them" if taken else "")
+                + (f"; {len(lost)} without a description left out" if lost else ""),
                 source,
             )
         )
@@ -1211,3 +1292,184 @@ def _match_switches(cables: Fabric, fabric: Topology, conf: Topology) -> dict[st
         if best_key[0] > 0:
             match[name] = chosen
     return match
+
+
+# -- oversubscription: host-facing against uplink bandwidth per leaf ------------------------------------
+
+#: Gb/s per lane of each InfiniBand speed as ibnetdiscover prints it (the kernel's per-lane rates,
+#: domain-facts §F: SDR 2.5, DDR 5, QDR 10, FDR10 10, FDR 14, EDR 25, HDR 50, NDR 100, XDR 200).
+LANE_GBPS: dict[str, float] = {
+    "SDR": 2.5,
+    "DDR": 5.0,
+    "QDR": 10.0,
+    "FDR10": 10.0,
+    "FDR": 14.0,
+    "EDR": 25.0,
+    "HDR": 50.0,
+    "NDR": 100.0,
+    "XDR": 200.0,
+}
+_RATE_RE = re.compile(r"^(\d{1,2})x([A-Z0-9]{2,6})$")
+
+
+def link_gbps(speed: str) -> float | None:
+    """'4xNDR' -> 400.0; None for a speed the dump does not give or this table does not know."""
+    m = _RATE_RE.match(speed)
+    if not m or m.group(2) not in LANE_GBPS:
+        return None
+    return int(m.group(1)) * LANE_GBPS[m.group(2)]
+
+
+class LeafLoad(NamedTuple):
+    name: str  # ibnetdiscover id, "S-<guid>"
+    description: str
+    line: int
+    hosts: int  # host-facing ports (SHARP aggregation nodes left out)
+    host_gbps: float
+    uplinks: int  # live ports to other switches
+    uplink_gbps: float
+    unknown_speeds: int  # ports whose speed is not in the dump (counted at the leaf's other ports' rate)
+
+    @property
+    def ratio(self) -> float | None:
+        return self.host_gbps / self.uplink_gbps if self.uplink_gbps else None
+
+    def to_json(self) -> dict[str, Any]:
+        ratio = self.ratio
+        return {
+            "switch": self.name,
+            "description": self.description,
+            "line": self.line,
+            "hosts": self.hosts,
+            "host_gbps": self.host_gbps,
+            "uplinks": self.uplinks,
+            "uplink_gbps": self.uplink_gbps,
+            "ratio": round(ratio, 3) if ratio is not None else None,
+        }
+
+
+class Oversubscription(NamedTuple):
+    source: str
+    max_ratio: float
+    leaves: list[LeafLoad]
+    designed_uplinks: int | None  # the uplink count most leaves have
+    findings: list[Finding]
+
+    @property
+    def status(self) -> Status:
+        return worst(f.status for f in self.findings)
+
+
+def _ratio_text(ratio: float | None) -> str:
+    return "no uplink" if ratio is None else f"{ratio:.2f}:1"
+
+
+def oversubscription(fabric: Fabric, max_ratio: float = 1.0) -> Oversubscription:
+    """Per leaf (a switch with hosts), host-facing bandwidth against uplink bandwidth (ports x rate
+    from each link's width and speed); leaves above `max_ratio` fail; a leaf with fewer live
+    uplinks than most leaves have (its peers) warns: a cable out or a port down."""
+    src = fabric.source
+    findings: list[Finding] = list(fabric.findings)
+    leaves: list[LeafLoad] = []
+    for sw in fabric.switches:
+        hosts: dict[int, IBLink] = {}
+        ups: dict[int, IBLink] = {}
+        for link in sw.links:
+            other = fabric.nodes[link.remote]
+            if other.kind == "Ca" and _is_host(other):
+                hosts.setdefault(link.port, link)
+            elif other.kind == "Switch" and other.name != sw.name:
+                ups.setdefault(link.port, link)
+        if not hosts:
+            continue
+        rates = [link_gbps(link.speed) for link in (*hosts.values(), *ups.values())]
+        known = [r for r in rates if r is not None]
+        fallback = Counter(known).most_common(1)[0][0] if known else 1.0
+
+        def total(links: Iterable[IBLink], fallback: float = fallback) -> float:
+            return sum(link_gbps(link.speed) or fallback for link in links)
+
+        leaves.append(
+            LeafLoad(
+                sw.name,
+                sw.description.strip(),
+                sw.line,
+                len(hosts),
+                total(hosts.values()),
+                len(ups),
+                total(ups.values()),
+                len(rates) - len(known),
+            )
+        )
+    leaves.sort(key=lambda leaf: (-(leaf.ratio if leaf.ratio is not None else float("inf")), leaf.description))
+    if not leaves:
+        findings.append(
+            Finding(
+                Status.FAIL,
+                "no switch with hosts in the dump (no links between switches and HCAs): nothing to judge; "
+                "run ibnetdiscover from a node whose HCA port is Active and sees the subnet manager",
+                src,
+            )
+        )
+        return Oversubscription(src, max_ratio, leaves, None, findings)
+    unknown = sum(leaf.unknown_speeds for leaf in leaves)
+    if unknown:
+        findings.append(
+            Finding(
+                Status.WARN,
+                f"{_plural(unknown, 'port')} at leaves without a known speed in the dump: counted at their "
+                "leaf's most common rate",
+                src,
+            )
+        )
+    multi = len(fabric.switches) > 1
+    counts = Counter(leaf.uplinks for leaf in leaves)
+    designed = max(counts, key=lambda n: (counts[n], n)) if multi else None
+    for leaf in leaves:
+        label = f"{leaf.description or leaf.name} ({leaf.name})"
+        ratio = leaf.ratio
+        if ratio is None:
+            if multi:
+                findings.append(
+                    Finding(
+                        Status.FAIL,
+                        f"{label}: {_plural(leaf.hosts, 'host')} and no live uplink: its hosts reach no other leaf",
+                        src,
+                        leaf.line,
+                    )
+                )
+            continue
+        if ratio > max_ratio + 1e-9:
+            findings.append(
+                Finding(
+                    Status.FAIL,
+                    f"{label}: {_plural(leaf.hosts, 'host')} ({leaf.host_gbps:g} Gb/s) on "
+                    f"{_plural(leaf.uplinks, 'uplink')} ({leaf.uplink_gbps:g} Gb/s) = {_ratio_text(ratio)}, "
+                    f"above {max_ratio:g}:1",
+                    src,
+                    leaf.line,
+                )
+            )
+    if designed is not None:
+        short = [leaf for leaf in leaves if leaf.uplinks < designed]
+        for leaf in sorted(short, key=lambda lf: (lf.uplinks, lf.description)):
+            findings.append(
+                Finding(
+                    Status.WARN,
+                    f"{leaf.description or leaf.name} ({leaf.name}): {leaf.uplinks} live uplinks where "
+                    f"{counts[designed]} of {len(leaves)} leaves have {designed}: check the cables and ports "
+                    "(cabling asymmetry)",
+                    src,
+                    leaf.line,
+                )
+            )
+    worst_leaf = leaves[0]
+    findings.append(
+        Finding(
+            Status.OK,
+            f"{_plural(len(leaves), 'leaf', 'leaves')}; worst {worst_leaf.description or worst_leaf.name}: "
+            f"{worst_leaf.hosts} hosts on {worst_leaf.uplinks} uplinks = {_ratio_text(worst_leaf.ratio)}",
+            src,
+        )
+    )
+    return Oversubscription(src, max_ratio, leaves, designed, findings)

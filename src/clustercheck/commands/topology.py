@@ -66,6 +66,20 @@ def topology(
         bool,
         typer.Option("--compare", help="With --ibnetdiscover and --conf: where topology.conf contradicts the fabric."),
     ] = False,
+    oversubscription: Annotated[
+        bool,
+        typer.Option(
+            "--oversubscription",
+            help="With --ibnetdiscover: per leaf switch, host-facing against uplink bandwidth (ports x rate), "
+            "leaves above --max-ratio and leaves with fewer live uplinks than their peers.",
+        ),
+    ] = False,
+    max_ratio: Annotated[
+        float,
+        typer.Option(
+            "--max-ratio", help="With --oversubscription: the highest host:uplink ratio allowed (1.0 = non-blocking)."
+        ),
+    ] = 1.0,
     fmt: Annotated[TopologyFormat, typer.Option("--format", "-f", help="Output format.")] = TopologyFormat.table,
 ) -> None:
     """Show the switch tree, judge where a job's nodes sit, and check topology.conf against the fabric.
@@ -78,10 +92,12 @@ def topology(
 
     if nodes is not None and job_nodes_from_env:
         raise UsageError("give --nodes or --job-nodes-from-env, not both")
-    if (generate or compare or node_map) and ibnetdiscover is None:
-        raise UsageError("--generate, --compare and --node-map work on an --ibnetdiscover dump")
-    if generate and compare:
-        raise UsageError("choose one of --generate and --compare")
+    if (generate or compare or node_map or oversubscription) and ibnetdiscover is None:
+        raise UsageError("--generate, --compare, --oversubscription and --node-map work on an --ibnetdiscover dump")
+    if generate + compare + oversubscription > 1:
+        raise UsageError("choose one of --generate, --compare and --oversubscription")
+    if not max_ratio > 0 or max_ratio == float("inf"):
+        raise UsageError(f"--max-ratio {max_ratio:g}: give a ratio above 0, e.g. 1.0 for a non-blocking fabric")
     if compare and conf is None:
         raise UsageError("--compare needs --conf: the topology.conf to check against the fabric")
     if conf is None and ibnetdiscover is None:
@@ -99,8 +115,28 @@ def topology(
     if ibnetdiscover is not None:
         names = topo_mod.parse_node_map(_read(node_map), str(node_map)) if node_map else None
         fabric = topo_mod.parse_ibnetdiscover(_read(ibnetdiscover), str(ibnetdiscover))
+        if oversubscription:
+            over = topo_mod.oversubscription(fabric, max_ratio)
+            if fmt is TopologyFormat.json:
+                json.dump(_oversubscription_json(over), sys.stdout, indent=2)
+                print()
+            else:
+                _render_oversubscription(over)
+            cli.state.exit_code = int(ExitCode.for_status(over.status))
+            return
         fabric_topo = topo_mod.fabric_topology(fabric, names, guid_names=compare)
         if generate:
+            if not fabric_topo.switches:
+                for f in fabric_topo.findings:
+                    print(f"clustercheck: {f.status.value}: {f}", file=sys.stderr)
+                print(
+                    f"clustercheck: fail: {ibnetdiscover}: no switch cabled to a host in the dump (no links): "
+                    "no topology.conf can be made from it; run ibnetdiscover from a node whose HCA port is "
+                    "Active and sees the subnet manager",
+                    file=sys.stderr,
+                )
+                cli.state.exit_code = int(ExitCode.for_status(Status.FAIL))
+                return
             text = topo_mod.render_topology_conf(
                 fabric_topo,
                 [
@@ -114,6 +150,8 @@ def topology(
             sys.stdout.write(text)
             for f in fabric_topo.findings:
                 print(f"clustercheck: {f.status.value}: {f}", file=sys.stderr)
+            if any(f.status is Status.FAIL for f in fabric.findings):  # e.g. a duplicate GUID left out
+                cli.state.exit_code = int(ExitCode.for_status(Status.FAIL))
             return
     shown = topo_mod.parse_topology(_read(conf), str(conf), name) if conf is not None else fabric_topo
     assert shown is not None
@@ -296,3 +334,44 @@ def _render_table(shown: Any, placement: Any, findings: list[Any], status: Statu
         console.print(escape(f"{f.status.value:<5} {f}"))
     summary = placement.summary if placement is not None and not placement.findings else None
     console.print(escape(f"status: {status.value}" + (f" - {summary}" if summary else "")))
+
+
+def _oversubscription_json(over: Any) -> dict[str, Any]:
+    worst_leaf = over.leaves[0] if over.leaves else None
+    return {
+        "source": over.source,
+        "max_ratio": over.max_ratio,
+        "leaves": [leaf.to_json() for leaf in over.leaves],
+        "designed_uplinks": over.designed_uplinks,
+        "worst": worst_leaf.to_json() if worst_leaf else None,
+        "status": over.status.value,
+        "findings": [f.to_json() for f in over.findings],
+    }
+
+
+def _render_oversubscription(over: Any) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    table = Table(title=escape(f"{over.source}: oversubscription per leaf (limit {over.max_ratio:g}:1)"))
+    for column in ("leaf", "switch", "hosts", "host Gb/s", "uplinks", "uplink Gb/s", "ratio"):
+        table.add_column(column, justify="right" if column not in ("leaf", "switch") else "left")
+    for leaf in over.leaves:
+        ratio = leaf.ratio
+        table.add_row(
+            escape(leaf.description or "-"),
+            leaf.name,
+            str(leaf.hosts),
+            f"{leaf.host_gbps:g}",
+            str(leaf.uplinks)
+            + ("" if over.designed_uplinks is None or leaf.uplinks >= over.designed_uplinks else " !"),
+            f"{leaf.uplink_gbps:g}",
+            "-" if ratio is None else f"{ratio:.2f}:1",
+        )
+    if over.leaves:
+        console.print(table)
+    for f in over.findings:
+        console.print(escape(f"{f.status.value:<5} {f}"))
+    console.print(escape(f"status: {over.status.value}"))
