@@ -823,6 +823,7 @@ def test_topograph_oversubscription_matches_the_manifest() -> None:
     assert "A09-P1-IBLEAF-03-01" not in by_name  # missing from the sweep
     asym = [f.message for f in over.findings if "cabling asymmetry" in f.message]
     assert any("A09-P1-IBLEAF-01-02" in m and "14 live uplinks" in m for m in asym)
+    assert len(asym) == 12  # the README states it
     assert all(f.status is Status.WARN for f in over.findings if "cabling asymmetry" in f.message)
     assert over.status is Status.FAIL
     # at 1.25:1 no leaf is over the limit; the asymmetry still warns
