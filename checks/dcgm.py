@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-from clustercheck import Host, Result, Status, check, fail, ok, warn
+from clustercheck import Host, Result, check, fail, ok, warn
+from clustercheck.errors import HostError
 from clustercheck.facts.dcgm import (
     BUDGET,
     NOMINAL,
@@ -147,14 +148,14 @@ def diag(host: Host, *, level: int = 1, exclude: tuple[str, ...] = ()) -> Result
     command = result.command
     data: dict[str, Any] = {"level": level, "command": command, "exit_code": result.exit_code}
     if result.timed_out:
-        return _error(
+        _error(
             f"`{command}` did not finish within {result.duration_s:.0f} s (level {level} normally takes "
             f"{NOMINAL[level]}); it was stopped",
             "raise the check's timeout, or look for a hung nv-hostengine/nvvs process (`ps -ef | grep nvvs`)",
             {**data, "action": None},
         )
     if result.exit_code == 127 or (result.exit_code == 126 and not result.stdout.strip()):
-        return _error(
+        _error(
             f"dcgmi is not installed on {host.name} (`{command}`: {_line(result.stderr) or 'not found'})",
             f"install DCGM: {PACKAGES}; then `systemctl enable --now nvidia-dcgm`",
             {**data, "action": FIX_CONFIG},
@@ -162,7 +163,7 @@ def diag(host: Host, *, level: int = 1, exclude: tuple[str, ...] = ()) -> Result
     try:
         run = parse_diag(result.stdout, result.stderr, result.exit_code)
     except DiagParseError as exc:
-        return _error(
+        _error(
             f"cannot judge `{command}` (exit {result.exit_code}): {exc}",
             "run the command on the node by hand; a truncated or unknown document is not a pass",
             {**data, "action": None},
@@ -174,8 +175,17 @@ def _line(text: str) -> str:
     return " ".join(text.split())[:200]
 
 
-def _error(summary: str, remedy: str, data: Mapping[str, Any], evidence: Sequence[str] = ()) -> Result:
-    return Result(Status.ERROR, summary, dict(data), tuple(evidence), remedy)
+class DiagError(HostError):
+    """The check's `error`: DCGM could not prove the node. Carries the remedy and the data (with
+    its `action`) into the result, as an error result is always raised, never returned."""
+
+    def __init__(self, summary: str, remedy: str, data: Mapping[str, Any], evidence: Sequence[str] = ()) -> None:
+        super().__init__("", summary)
+        self.remedy, self.data, self.evidence = remedy, dict(data), tuple(evidence)
+
+
+def _error(summary: str, remedy: str, data: Mapping[str, Any], evidence: Sequence[str] = ()) -> NoReturn:
+    raise DiagError(summary, remedy, data, evidence)
 
 
 _COULD_NOT_RUN_TEXT = {
@@ -198,13 +208,14 @@ _COULD_NOT_RUN_TEXT = {
 def judge(
     run: DiagRun, *, level: int, exclude: Sequence[str], data: Mapping[str, Any], exit_code: int | None
 ) -> Result:
-    """A read diagnostic run -> the check's verdict (pure: the check API's tests call it too)."""
+    """A read diagnostic run -> the check's verdict (pure: the check API's tests call it too);
+    DiagError for an `error`."""
     data = {**data, "format": run.format, "dcgm_version": run.version or None, "driver": run.driver or None}
     if run.could_not_run:
         what, remedy = _COULD_NOT_RUN_TEXT[run.could_not_run]
         problem = {"kind": run.could_not_run, "test": None, "entity": None, "status": None, "message": run.message}
         problem["action"] = FIX_CONFIG
-        return _error(
+        _error(
             f"DCGM could not run the diagnostic: {what}: {run.message}",
             remedy,
             {**data, "results": [], "problems": [problem], "action": FIX_CONFIG},
@@ -251,7 +262,7 @@ def judge(
         )
     data = {**data, "results": [r.to_json() for r in run.results], "excluded": left_out, "problems": problems}
     if not judged:
-        return _error(
+        _error(
             "no test result left to judge" + (f" (all excluded: {', '.join(left_out)})" if left_out else ""),
             "exclude fewer tests",
             {**data, "action": None},
@@ -268,14 +279,14 @@ def judge(
             evidence=evidence,
         )
     if errors:
-        return _error(
+        _error(
             "not proven: " + "; ".join(_said(p) for p in errors),
             _remedy(errors),
             {**data, "action": _action(errors)},
             evidence,
         )
     if exit_code not in (0, None):
-        return _error(
+        _error(
             f"dcgmi exited {exit_code} although every test it reported passed",
             "rerun `dcgmi diag` by hand and read nv-hostengine's log",
             {**data, "action": None},
@@ -370,4 +381,4 @@ def _remedy(problems: list[dict[str, Any]]) -> str:
     return "do what DCGM's message says, then rerun the diagnostic"
 
 
-__all__ = ["diag", "diag_argv", "judge", "validate"]
+__all__ = ["DiagError", "diag", "diag_argv", "judge", "validate"]

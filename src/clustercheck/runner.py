@@ -82,8 +82,9 @@ def run_one(host: Host, config: CheckConfig, *, debug: bool = False, deadline: f
     except Unreachable as exc:
         host.unreachable = str(exc)
         status, summary, remedy, evidence = Status.ERROR, f"host unreachable: {exc}", "", []
-    except HostError as exc:
-        status, summary, remedy, evidence = Status.ERROR, str(exc), "", []
+    except HostError as exc:  # one may carry the check's remedy and data (a machine-readable action)
+        status, summary, remedy = Status.ERROR, str(exc), str(getattr(exc, "remedy", ""))
+        data, evidence = dict(getattr(exc, "data", None) or {}), list(getattr(exc, "evidence", ()))
     except FileNotFoundError as exc:  # a file the check needs is absent: it cannot tell
         status, remedy, evidence = Status.ERROR, "", []
         summary = f"cannot tell: {exc.filename or exc} is absent on the node"
