@@ -136,7 +136,7 @@ def diag(host: Host, *, level: int = 1, exclude: tuple[str, ...] = ()) -> Result
     `pcie`, `memory`, `sm_stress`, or the 3.x names such as "GPU Memory"): dcgmi has no option
     to leave a test out of a level (its options are -r, -p, -c, -i, -g, -t, ...), so they still
     run and their results are listed as excluded. A level-2 pass does not prove NVLink (DCGM
-    passes with every link down, NVIDIA/DCGM#198): judge links with gpu.nvlink.
+    passes with every link down, NVIDIA/DCGM#198): judge link state separately.
 
     Fix: see each problem's `action` (documented in checks/dcgm.py): REPLACE_HW after a rerun
     that fails again, RESET_GPU (`nvidia-smi -r -i N` once no process uses it), FIX_CONFIG (as
