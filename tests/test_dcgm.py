@@ -291,6 +291,21 @@ def test_a_cut_table_is_never_a_pass(lines: int) -> None:
     assert status is not Status.OK
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(min_size=1, max_size=12).filter(
+        lambda w: (
+            " ".join(w.replace("_", " ").split()).lower() not in {"pass", "fail", "warn", "skip", "not run", "notrun"}
+        )
+    )
+)
+def test_a_status_dcgm_does_not_write_is_an_error(word: str) -> None:
+    doc = json.loads(GB10.read_text())
+    doc["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["results"][0]["status"] = word
+    with pytest.raises(DiagParseError, match="unknown DCGM status"):
+        parse_diag(json.dumps(doc))
+
+
 def _judge_run(run: DiagRun, exclude: tuple[str, ...] = ()) -> tuple[Status, str, dict[str, Any]]:
     dcgm = _dcgm()
     try:
