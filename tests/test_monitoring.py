@@ -398,8 +398,15 @@ def only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 @pytest.mark.parametrize("tool", ["wget", "python3"])
 def test_without_curl_the_next_tool_scrapes(mocker: MockerFixture, tmp_path: Path, only: Any, tool: str) -> None:
     only(tool)
-    with MetricsServer(SCENARIOS["healthy"]) as server:
-        result = run_check(mocker, tmp_path, GPUS, url=server.url, fresh_within=1)
+    for attempt in range(2):
+        with MetricsServer(SCENARIOS["healthy"]) as server:
+            result = run_check(mocker, tmp_path, GPUS, url=server.url, fresh_within=1)
+        # On a heavily loaded machine the test server has, rarely, closed a connection unanswered
+        # (wget "No data received", python3 RemoteDisconnected; no server-side error was ever
+        # logged): one fresh server and scrape then, never more, and the verdict must still be ok.
+        unanswered = "No data received" in result.summary or "RemoteDisconnected" in result.summary
+        if not (attempt == 0 and unanswered):
+            break
     assert (result.status, result.data["tool"]) == ("ok", tool), result.summary
     assert server.agents == ["clustercheck-scrape-1", "clustercheck-scrape-2"]
     assert any(e.startswith("$ curl") and "exit 127" in e for e in result.evidence)
