@@ -9,7 +9,8 @@ Runs N rounds (default 15); each round runs, one after the other and in a rotati
   prolog             `<venv>/bin/clustercheck prolog --state-file TMP --syslog-socket ''`
                      (the Slurm prolog mode: the same profile, plus the job environment, the
                      watchdog and the state file; no syslog, so a benchmark does not flood it)
-  nhc                `$NHC -c $NHC_CONF -l LOG -t 10 -r none`   (only when $NHC is set)
+  nhc                `$NHC -a -c $NHC_CONF -l LOG -t 10 MARK_OFFLINE=0 OFFLINE_NODE=: ONLINE_NODE=:`
+                     (only when $NHC is set)
   pyz-prolog         `python3 clustercheck.pyz prolog ...`: the single file (tools/build_pyz.py,
                      built from this checkout) run by a venv with no packages (a node's own
                      python3), its cache unpacked; `pyz-pass` is that python's `-c pass`
@@ -43,6 +44,7 @@ import platform
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -192,6 +194,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    # started in the background (`make bench &`, nohup), SIGINT is ignored and every child inherits
+    # that: NHC then cannot stop its watchdog with SIGINT and waits ~6 s for it on every run
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     python = sys.executable  # the venv's own interpreter (never a pyenv shim)
     bindir = Path(python).parent
@@ -236,9 +242,13 @@ def main() -> int:
         else:
             nhc_env = dict(env)
             nhc_env.setdefault("NHC_BENCH_THREADS", str(os.cpu_count() or 1))
-            # -r none: never mark the node offline/online through the resource manager from a benchmark.
-            argv = [nhc_path, "-c", nhc_conf, "-l", str(Path(tmp.name) / "nhc.log"), "-t", "10", "-r", "none"]
-            argv += shlex.split(os.environ.get("NHC_ARGS", ""))
+            # never mark the node offline/online through the resource manager from a benchmark: NHC's
+            # own variables, as `VAR=value` arguments (every NHC version takes them; 1.5 has no -r)
+            # -a: run every check line, as clustercheck runs every check (without it NHC stops at the
+            # first failure, here the modules line on a VM without /proc/modules, and times fewer checks)
+            argv = [nhc_path, "-a", "-c", nhc_conf, "-l", str(Path(tmp.name) / "nhc.log"), "-t", "10"]
+            argv += shlex.split(os.environ.get("NHC_ARGS", ""))  # options first: getopts stops at VAR=value
+            argv += ["MARK_OFFLINE=0", "OFFLINE_NODE=:", "ONLINE_NODE=:"]
             subjects.append(Subject("nhc", f"nhc {nhc_version(nhc_path)} ({Path(nhc_conf).name})", argv, nhc_env))
             nhc_state = ""
 
@@ -297,8 +307,15 @@ def main() -> int:
         f"Machine: {platform.node()}, {os.cpu_count()} CPUs (nproc), Linux {platform.release()}, "
         f"Python {platform.python_version()} ({python}), {bash_version()}"
     )
+    # NHC's copy lives in a folder of this machine: the report names it by its layout (PREFIX, as
+    # "Redoing the NHC side" lays it out), never by this machine's path
+    prefix = os.environ.get("NHC_CFG_PREFIX", "")
+
+    def shown(value: str) -> str:
+        return value.replace(prefix, "PREFIX") if prefix else value
+
     shown_env = " ".join(
-        f"{k}={shlex.quote(os.environ[k])}"
+        f"{k}={shlex.quote(shown(os.environ[k]))}"
         for k in ("NHC", "NHC_CONF", "NHC_ARGS", "NHC_CFG_PREFIX")
         if os.environ.get(k)
     )
@@ -342,10 +359,27 @@ def main() -> int:
             f"single file, first run after an upgrade (unpacking): {med['pyz-first']:.1f} ms "
             f"(+{med['pyz-first'] - med['pyz-prolog']:.1f} ms); 8 at once: all done in {med['pyz-first-8x']:.1f} ms"
         )
+    nhc_codes = sorted(by["nhc"].exit_codes) if "nhc" in by else []
+    nhc_log = Path(tmp.name) / "nhc.log"
+    logged = nhc_log.read_text(errors="replace").splitlines() if nhc_log.exists() else []
+    # its scripts not loaded (wrong -D): no checks ran, exit 0; with -a the exit code is the number
+    # of failed checks, so a non-zero code counts only with "Health check failed" in its log
+    broken = [ln.strip() for ln in logged if re.search(r"\b(nhc_\w+|check_\w+): command not found", ln)]
+    judged = any("Health check failed" in ln for ln in logged)
+    if nhc_codes and (broken or (set(nhc_codes) - {0} and not judged)):
+        out = Path(tmp.name) / "nhc.out"
+        said = broken[:1] or (out.read_text(errors="replace").strip().splitlines()[:1] if out.exists() else [])
+        nhc_state = f"exited {','.join(map(str, nhc_codes))} but did not run its checks" + (
+            f" ({shown(said[0].strip()[:120])}; NHC_ARGS='-D PREFIX/etc/nhc' names its scripts)" if said else ""
+        )
+        del by["nhc"]
     if "nhc" in by:
         lines.append(f"clustercheck / NHC: {med['clustercheck'] / med['nhc']:.2f}x (median over median)")
         lines.append(f"clustercheck prolog / NHC: {med['prolog'] / med['nhc']:.2f}x (median over median)")
-        for key, what in (("clustercheck", "run --local --profile prolog"), ("prolog", "clustercheck prolog")):
+        judged = [("clustercheck", "run --local --profile prolog"), ("prolog", "clustercheck prolog")]
+        if "pyz-prolog" in by:  # what a node without the venv runs: the single file, its cache unpacked
+            judged.append(("pyz-prolog", "single file clustercheck.pyz prolog"))
+        for key, what in judged:
             held = med[key] <= med["nhc"]
             verdict = "TARGET HELD" if held else "TARGET MISSED"
             lines.append(
@@ -362,9 +396,29 @@ def main() -> int:
         if args.markdown == "-":
             sys.stdout.write(md)
             return 0
-        Path(args.markdown).write_text(md)
+        write_section(Path(args.markdown), md)
     print("\n".join(lines))
     return 0
+
+
+START, END = "<!-- bench_prolog -->", "<!-- /bench_prolog -->"
+
+
+def write_section(path: Path, md: str) -> None:
+    """Replace this benchmark's part of `path`, keeping the other benchmarks' marked sections."""
+    old = path.read_text() if path.exists() else ""
+    block = f"{START}\n{md}{END}\n"
+    if START in old and END in old:
+        before, rest = old.split(START, 1)
+        after = rest.split(END, 1)[1].lstrip("\n")
+        new = before + block + ("\n" + after if after else "")
+    else:  # an older file: its prolog part is the unmarked text before the first marked section
+        head, sep, tail = old.partition("<!-- /bench_summary -->")
+        summary, body = (head + sep + "\n", tail) if sep else ("", old)
+        at = body.find("<!-- bench_")
+        others = body[at:] if at >= 0 else ""
+        new = summary + block + ("\n" + others if others else "")
+    path.write_text(new)
 
 
 RESULTS_HEADER = """# Prolog path: clustercheck vs LBNL NHC
@@ -410,8 +464,10 @@ NHC is not a Debian 12 package and is not committed here. From the `mej/nhc` rep
 `nhc`, `scripts/common.nhc`, `scripts/lbnl_hw.nhc` and `scripts/lbnl_file.nhc` (master after 1.4.3,
 `NHC_VERSION="1.5"`), lay them out as `PREFIX/sbin/nhc` (executable) and
 `PREFIX/etc/nhc/scripts/*.nhc`, `mkdir -p PREFIX/{libexec/nhc,var/run/nhc,var/log}`, then
-`make bench NHC=PREFIX/sbin/nhc NHC_CFG_PREFIX=PREFIX`. bench.py runs it with
-`-c bench/nhc.conf -l LOG -t 10 -r none` (`-r none`: never drain or resume through Slurm).
+`make bench NHC=PREFIX/sbin/nhc NHC_ARGS="-D PREFIX/etc/nhc" NHC_CFG_PREFIX=PREFIX` (-D: where its
+scripts are; NHC_CFG_PREFIX: the report writes that folder as PREFIX). bench.py runs it with
+`-a -c bench/nhc.conf -l LOG -t 10 MARK_OFFLINE=0 OFFLINE_NODE=: ONLINE_NODE=:` (-a: every check
+line, not only those before the first failure; never drain or resume through Slurm).
 `bench/nhc.conf` says which clustercheck check each of its lines matches.
 """
 

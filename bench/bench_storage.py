@@ -192,6 +192,18 @@ Per round (clustercheck / fio, in run order; the spread is this folder's noise b
     return text, targets
 
 
+READING = """
+Reading: on a disk the drive is the limit and clustercheck's figures are fio's (the kept target,
+issue 7). On memory (tmpfs) each read costs CPU only, and the CPUs are the limit: fio's C loop
+spends about half the cycles per read that the script's Python loop does, so no number of
+processes closes that gap once every CPU is busy. Worker processes lift the other limit, one
+interpreter lock for all readers: they run one process per reader up to the CPUs the command may
+use (`workers` in the profile; 1 gives the threads of one process). On this 2-CPU machine that
+is 2 processes; on a node with more CPUs than readers every reader is its own process, as each
+fio job is. A fast NVMe drive (10-100 us per 4 KiB read) sits between the two cases.
+"""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -234,7 +246,7 @@ Exact commands: clustercheck: `python3 -c SCRIPT ARGS` (SCRIPT is checks/storage
 check's JSON with this run's path, size, readers, budget and workers); fio (TMP: a fresh
 folder under the measured one, N the bytes per job):
 {chr(10).join("- `" + c + "`" for c in FIO_COMMANDS[:3])}
-{"".join(sections)}"""
+{"".join(sections)}{READING}"""
     text = re.sub(r"--size=\d+", "--size=N", text)
     print(text)
     if args.markdown:

@@ -97,7 +97,7 @@ def prolog_rows(results: str) -> list[Row]:
                 f"{float(mine) / float(nhc):.2f}x ({mine} ms vs NHC {nhc} ms, medians)",
                 "yes" if held == "HELD" else "no",
                 when,
-                command,
+                f"`{command}`",
             )
         )
     missing = first(r"^TARGET NOT EVALUATED: (.+?)\s*$", text)
@@ -105,7 +105,7 @@ def prolog_rows(results: str) -> list[Row]:
         rows.append(Row("prolog", "at most NHC's time on the same checks", "NHC not run", missing, when, command))
     for label, figure in re.findall(r"^(single file[^:]*):\s*(.+?)\s*$", text, re.M):
         if "TARGET" not in label:
-            rows.append(Row("prolog", label, figure, "(reported, no target)", when, command))
+            rows.append(Row("prolog", label, figure, "(reported, no target)", when, f"`{command}`"))
     return rows
 
 
@@ -130,8 +130,12 @@ def nccl_rows(results: str) -> list[Row]:
             ratio = ratio_of(cells[col])
             where = cells[size_col] if size_col is not None and size_col < len(cells) else size.split(", ")[0]
             held = "?" if ratio is None else ("yes" if ratio <= 3 else "no")
+            said = next((cells[k] for k, h in enumerate(lower) if h == "speed target held" and k < len(cells)), "")
+            held = said if said in ("yes", "no") else held  # the section's own verdict, when it has one
+            per_row = next((cells[k] for k, h in enumerate(lower) if h == "commands" and k < len(cells)), "")
+            shown = f"`{command}` runs {per_row}" if per_row else f"`{command}`"
             rows.append(
-                Row("nccl-log", f"{cells[0]} at most 3x `grep -c NCCL` ({where})", cells[col], held, when, command)
+                Row("nccl-log", f"{cells[0]} at most 3x `grep -c NCCL` ({where})", cells[col], held, when, shown)
             )
     for verdict, what in re.findall(r"^TARGET (HELD|MISSED): (.*?memory.*?)\s*$", text, re.M):
         command = first(r"^Command:\s*`(.+)`", text)
@@ -161,9 +165,26 @@ def storage_rows(results: str) -> list[Row]:
                 f"{float(ratio):.2f}x ({how})",
                 "yes" if verdict == "HELD" else "no",
                 when,
-                f"{command} (clustercheck: `python3 -c SCRIPT ARGS`) vs `{twin}`",
+                f"`{command}` runs `python3 -c SCRIPT ARGS` vs `{twin}`",
             )
         )
+    for offset, header, body in tables(text):  # what the worker processes bought over one process
+        if "clustercheck, 1 process" not in header:
+            continue
+        folder = (re.findall(r"^### (.+?)\s*$", text[:offset], re.M) or ["?"])[-1]
+        for cells in body:
+            if cells[0] == "rand 4 KiB IOPS" and cells[2]:
+                many, one = (float(c.replace(",", "")) for c in cells[1:3])
+                rows.append(
+                    Row(
+                        "storage",
+                        f"rand 4 KiB IOPS, worker processes over one process ({folder})",
+                        f"{many / one:.2f}x ({cells[1]} vs {cells[2]} IOPS)",
+                        "(reported, no target)",
+                        when,
+                        f"`{command}`",
+                    )
+                )
     return rows or [Row("storage", "within +-15% of fio", "no TARGET lines in the section", "?", when, command)]
 
 
@@ -197,6 +218,13 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def per_area(rows: list[Row]) -> list[tuple[str, int]]:
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.area] = counts.get(r.area, 0) + 1
+    return list(counts.items())
+
+
 def render(rows: list[Row]) -> str:
     judged = [r for r in rows if r.held in ("yes", "no")]
     held = [r for r in judged if r.held == "yes"]
@@ -212,12 +240,8 @@ def render(rows: list[Row]) -> str:
         "SCRIPT are explained in their sections.",
         "",
         f"**{len(held)} of {len(judged)} targets held**"
-        + (f"; missed: {'; '.join(f'{r.area} {r.target} ({r.figure})' for r in missed)}" if missed else "")
-        + (
-            f"; {len(rows) - len(judged)} rows not judged (reported only, or not run)"
-            if len(rows) > len(judged)
-            else ""
-        ),
+        + (f"; missed: {', '.join(f'{a} {n}' for a, n in per_area(missed))}" if missed else "")
+        + (f"; {len(rows) - len(judged)} not judged (reported only, or not run)" if len(rows) > len(judged) else ""),
         "",
         "| area | target | figure | held | measured | command |",
         "| --- | --- | --- | --- | --- | --- |",
