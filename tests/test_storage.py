@@ -343,23 +343,40 @@ def test_workers_below_zero_is_an_error(tmp_path: Path) -> None:
     assert leftovers(tmp_path) == []
 
 
-def children_of(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+#: Runs the script, SIGKILLs it once its two workers exist, and says how many outlived it by 5 s.
+#: A subreaper, so that orphans come to it (a container's PID 1 may kill orphans, which would hide
+#: a worker that outlives the script).
+REAPER = r"""
+import ctypes, json, os, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans come to us, not to PID 1
+script, args = sys.argv[1], sys.argv[2]
+def kids_of(pid):
+    out = []
+    for e in os.listdir("/proc"):
+        if e.isdigit():
+            try:
+                f = open(f"/proc/{e}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(f[1]) == pid and f[0] != "Z":
+                out.append(int(e))
+    return out
+p = subprocess.Popen([sys.executable, "-c", script, args], stdout=subprocess.DEVNULL)
+kids, t = [], time.monotonic() + 20
+while time.monotonic() < t and len(kids) < 2 and p.poll() is None:
+    kids = kids_of(p.pid); time.sleep(0.02)
+p.kill(); p.wait()
+t = time.monotonic() + 5
+while time.monotonic() < t and set(kids) & set(kids_of(os.getpid())):
+    time.sleep(0.02)
+alive = sorted(set(kids) & set(kids_of(os.getpid())))
+for k in alive:
+    os.kill(k, 9)
+for k in kids:
+    try: os.waitpid(k, 0)
+    except ChildProcessError: pass
+print(json.dumps({"workers": len(kids), "alive_after_5s": len(alive)}))
+"""
 
 
 def test_worker_processes_die_with_the_script(tmp_path: Path) -> None:
@@ -368,7 +385,6 @@ def test_worker_processes_die_with_the_script(tmp_path: Path) -> None:
     (and the folder's lock) until its phase ended, up to most of the budget later."""
     import subprocess
     import sys
-    import time
 
     from clustercheck.checks.storage import SCRIPT
 
@@ -386,17 +402,10 @@ def test_worker_processes_die_with_the_script(tmp_path: Path) -> None:
         "max_ops": 10**9,
         "o_direct": True,
     }
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(args)], stdout=subprocess.PIPE, text=True)
-    deadline, kids = time.monotonic() + 20, []
-    while time.monotonic() < deadline and proc.poll() is None and len(kids) < 2:
-        kids = children_of(proc.pid)
-        time.sleep(0.02)
-    assert len(kids) == 2, f"the script started no worker processes (exit {proc.poll()})"
-    proc.kill()
-    proc.communicate(timeout=10)
-    deadline = time.monotonic() + 5
-    while any(alive(k) for k in kids) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not any(alive(k) for k in kids), "worker processes outlived the killed script"
+    proc = subprocess.run(
+        [sys.executable, "-c", REAPER, SCRIPT, json.dumps(args)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"workers": 2, "alive_after_5s": 0}, proc.stdout
     (folder,) = leftovers(tmp_path)
     assert sorted(p.name for p in folder.iterdir()) == [".lock"]  # its data went with the processes
