@@ -43,8 +43,13 @@ def world() -> Iterator[Path]:
 
 
 def run_as_nobody(world: Path, paths: list[str]) -> dict[str, Any]:
-    profile = world / "profile.yaml"
-    profile.write_text(json.dumps({"name": "t", "description": "t", "checks": {"nccl.log": {"paths": paths}}}))
+    return run_check_as_nobody(world, "nccl.log", {"paths": paths})
+
+
+def run_check_as_nobody(world: Path, check_id: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The check's result, run by the CLI as the unprivileged user `nobody`."""
+    profile = world / f"{check_id}.yaml"
+    profile.write_text(json.dumps({"name": "t", "description": "t", "checks": {check_id: params}}))
     profile.chmod(0o644)
     as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
     proc = subprocess.run(
@@ -103,22 +108,7 @@ def test_an_empty_log_folder_is_still_a_skip(world: Path) -> None:
 
 def run_dataset_as_nobody(world: Path, dataset: Path) -> dict[str, Any]:
     params = {"path": str(dataset), "dataset": True, "budget": 3, "readers": 2, "meta_files": 20}
-    profile = world / "dataset.yaml"
-    profile.write_text(json.dumps({"name": "t", "description": "t", "checks": {"storage.read_pattern": params}}))
-    profile.chmod(0o644)
-    as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    proc = subprocess.run(
-        [*as_nobody, sys.executable, "-m", "clustercheck", "run", "--local", "--profile", str(profile), "-f", "json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "HOME": str(world), "NO_COLOR": "1"},
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    (host,) = json.loads(proc.stdout)["hosts"].values()
-    (check,) = host["checks"]
-    return check  # type: ignore[no-any-return]
+    return run_check_as_nobody(world, "storage.read_pattern", params)
 
 
 def test_a_dataset_folder_it_may_not_list_is_named(world: Path) -> None:
