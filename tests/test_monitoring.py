@@ -397,16 +397,20 @@ def only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 @pytest.mark.parametrize("tool", ["wget", "python3"])
 def test_without_curl_the_next_tool_scrapes(mocker: MockerFixture, tmp_path: Path, only: Any, tool: str) -> None:
+    if not os.environ.get("CLUSTERCHECK_TEST_ISOLATED"):
+        # In the whole suite this test's in-process server has had its second scrape reset, or hung,
+        # after the safety tests ran in the same process (not reproduced with any pair of files;
+        # the cause is open): it runs in a fresh interpreter of its own, asserting the same there.
+        node = f"{__file__}::test_without_curl_the_next_tool_scrapes[{tool}]"
+        env = {**os.environ, "CLUSTERCHECK_TEST_ISOLATED": "1"}
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node]
+        repo = Path(__file__).resolve().parents[1]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=repo)
+        assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return
     only(tool)
-    for attempt in range(2):
-        with MetricsServer(SCENARIOS["healthy"]) as server:
-            result = run_check(mocker, tmp_path, GPUS, url=server.url, fresh_within=1)
-        # On a heavily loaded machine the test server has, rarely, closed a connection unanswered
-        # (wget "No data received", python3 RemoteDisconnected; no server-side error was ever
-        # logged): one fresh server and scrape then, never more, and the verdict must still be ok.
-        unanswered = "No data received" in result.summary or "RemoteDisconnected" in result.summary
-        if not (attempt == 0 and unanswered):
-            break
+    with MetricsServer(SCENARIOS["healthy"]) as server:
+        result = run_check(mocker, tmp_path, GPUS, url=server.url, fresh_within=1)
     assert (result.status, result.data["tool"]) == ("ok", tool), result.summary
     assert server.agents == ["clustercheck-scrape-1", "clustercheck-scrape-2"]
     assert any(e.startswith("$ curl") and "exit 127" in e for e in result.evidence)
