@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from tests.helpers import cli
+from tests.slurm_cluster import SyslogSink, short_tmpdir
 from tests.sshd import fleet_sshd, sshd  # noqa: F401  (real OpenSSH server fixtures)
 
 RunCli = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -33,3 +35,13 @@ def write(tmp_path: Path) -> Callable[[str, str | bytes], Path]:
         return path
 
     return write_file
+
+
+@pytest.fixture
+def sink() -> Iterator[SyslogSink]:
+    """A datagram socket standing in for /dev/log: what clustercheck sends to syslog."""
+    folder = short_tmpdir("cc-log-")
+    s = SyslogSink(folder / "log.sock")
+    yield s
+    s.close()
+    shutil.rmtree(folder, ignore_errors=True)

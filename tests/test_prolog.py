@@ -13,7 +13,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.helpers import FIXTURES, REPO
-from tests.slurm_cluster import SyslogSink, short_tmpdir
+from tests.slurm_cluster import SyslogSink
 
 from clustercheck import slurm
 from clustercheck.result import CheckResult, Status
@@ -29,15 +28,6 @@ from clustercheck.result import CheckResult, Status
 CLUSTER = FIXTURES / "prolog-cluster"
 HEALTHY = CLUSTER / "healthy"
 MEMORY_REASON = "clustercheck: node.memory: 15.7 GiB of memory, expected at least 20 GiB"
-
-
-@pytest.fixture
-def sink() -> Iterator[SyslogSink]:
-    folder = short_tmpdir("cc-log-")
-    s = SyslogSink(folder / "log.sock")
-    yield s
-    s.close()
-    folder.rmdir()
 
 
 def prolog(

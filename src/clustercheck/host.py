@@ -53,6 +53,16 @@ class OutputTooLarge(HostError):
     """A command printed, a file held, or a host sent more than clustercheck keeps: the input
     was cut, so it is not judged."""
 
+    @classmethod
+    def command(cls, host: str, argv: Sequence[str], limit: int) -> OutputTooLarge:
+        """The error for a command stopped at the per-command cap (every transport says it so)."""
+        return cls(
+            host,
+            f"`{shlex.join(argv)}` printed more than {describe_size(limit)}, clustercheck's cap on one "
+            "command's output: it was stopped and its output not judged "
+            "(raise the cap with CLUSTERCHECK_MAX_OUTPUT if this much output is expected)",
+        )
+
 
 def _limit(variable: str, default: int) -> int:
     value = os.environ.get(variable)

@@ -1,8 +1,8 @@
-"""Shared by the safety tests: a real Slurm cluster on loopback, a syslog sink, a node sandbox.
+"""Shared by the safety tests: a real Slurm cluster on loopback and a node sandbox (the syslog
+`sink` is tests/conftest.py's).
 
 - `safety_slurm`: munged, slurmctld and slurmd for nodes s1..s4 on 127.0.0.1 (tests/slurm_cluster.py),
   whose Prolog= and HealthCheckProgram= are clustercheck replaying the fixture linked per node;
-- `sink`: a datagram socket standing in for /dev/log;
 - `sandbox`: runs clustercheck as root with this machine's / but its own /run, /var/lib and
   /dev/log (bubblewrap), so a test sees every file it writes at the default paths and every
   syslog line it sends, without touching the machine's.
@@ -40,15 +40,6 @@ def safety_slurm() -> Iterator[SlurmCluster]:
         stubborn = cluster.stop()
         assert not stubborn, f"daemons that would not stop: {stubborn}"
         shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture
-def sink() -> Iterator[SyslogSink]:
-    folder = short_tmpdir("cc-log-")
-    s = SyslogSink(folder / "log.sock")
-    yield s
-    s.close()
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 class Sandbox:

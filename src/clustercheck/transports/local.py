@@ -28,7 +28,6 @@ import contextlib
 import itertools
 import os
 import selectors
-import shlex
 import signal
 import subprocess
 import threading
@@ -103,12 +102,7 @@ def kill_worker_on_signal(worker: int) -> Callable[[], None]:
             os.kill(worker, signal.SIGKILL)
         kill_children(owner=worker)
         kill_children()
-        before = previous.get(signum, signal.SIG_DFL)
-        if callable(before):
-            before(signum, frame)
-            return
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+        _pass_on(signum, frame, previous.get(signum, signal.SIG_DFL))
 
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         with contextlib.suppress(ValueError, OSError):
@@ -128,11 +122,15 @@ def kill_worker_on_signal(worker: int) -> Callable[[], None]:
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     kill_children()
-    previous = _PREVIOUS.get(signum, signal.SIG_DFL)
+    _pass_on(signum, frame, _PREVIOUS.get(signum, signal.SIG_DFL))
+
+
+def _pass_on(signum: int, frame: FrameType | None, previous: Any) -> None:
+    """Do what the signal did before our handler: call that handler, or the default action
+    (end this process by the same signal, as if we had not been here)."""
     if callable(previous):
         previous(signum, frame)
         return
-    # the default action: end this process by the same signal, as if we had not been here
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -191,12 +189,7 @@ class LocalTransport:
                     stream.close()  # type: ignore[union-attr]
         duration = time.monotonic() - start
         if how == "cut":
-            raise OutputTooLarge(
-                self.host,
-                f"`{shlex.join(argv)}` printed more than {describe_size(limit)}, "
-                "clustercheck's cap on one command's output: it was stopped and its output not judged "
-                "(raise the cap with CLUSTERCHECK_MAX_OUTPUT if this much output is expected)",
-            )
+            raise OutputTooLarge.command(self.host, argv, limit)
         if how == "timeout":
             return CommandResult(argv, None, _text(out), _text(err), duration, timed_out=True)
         # a signal death is 128+N, as a shell (and so the SSH transport) reports it, not Popen's -N

@@ -73,7 +73,7 @@ from typing import Any
 import paramiko
 
 from clustercheck.errors import CommandTimeout, HostError, Unreachable
-from clustercheck.host import CommandResult, OutputTooLarge, describe_size, get_probe, in_thread, output_limit
+from clustercheck.host import CommandResult, OutputTooLarge, get_probe, in_thread, output_limit
 
 # paramiko logs tracebacks at ERROR level from its transport thread (e.g. "Exception
 # (client): Error reading SSH protocol banner"). With no handler configured anywhere,
@@ -315,12 +315,7 @@ class SSHTransport:
                 _end(session.chan)  # EOF on its stdin: the node-side watcher kills whatever is left
         duration = time.monotonic() - start
         if how == "cut":
-            raise OutputTooLarge(
-                self.host,
-                f"`{shlex.join(argv)}` printed more than {describe_size(limit)}, clustercheck's cap on one "
-                "command's output: it was stopped and its output not judged "
-                "(raise the cap with CLUSTERCHECK_MAX_OUTPUT if this much output is expected)",
-            )
+            raise OutputTooLarge.command(self.host, argv, limit)
         if how == "closed":
             # The session ended before the command did: the connection broke, or the shell
             # itself was killed (sshd then sends exit-signal, which paramiko drops), or the
