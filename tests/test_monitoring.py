@@ -397,17 +397,6 @@ def only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 @pytest.mark.parametrize("tool", ["wget", "python3"])
 def test_without_curl_the_next_tool_scrapes(mocker: MockerFixture, tmp_path: Path, only: Any, tool: str) -> None:
-    if not os.environ.get("CLUSTERCHECK_TEST_ISOLATED"):
-        # In the whole suite this test's in-process server has had its second scrape reset, or hung,
-        # after the safety tests ran in the same process (not reproduced with any pair of files;
-        # the cause is open): it runs in a fresh interpreter of its own, asserting the same there.
-        node = f"{__file__}::test_without_curl_the_next_tool_scrapes[{tool}]"
-        env = {**os.environ, "CLUSTERCHECK_TEST_ISOLATED": "1"}
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", node]
-        repo = Path(__file__).resolve().parents[1]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=repo)
-        assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
-        return
     only(tool)
     with MetricsServer(SCENARIOS["healthy"]) as server:
         result = run_check(mocker, tmp_path, GPUS, url=server.url, fresh_within=1)
