@@ -207,6 +207,15 @@ def test_a_local_timeout_kills_what_the_command_started_in_another_session(marke
     assert gone_within(marker, 1), alive(marker)
 
 
+def test_local_daemons_caught_in_the_middle_of_execve_are_still_found(marker: str) -> None:
+    burst = "; ".join([f"(setsid bash -c 'exec -a {marker} sleep 60' </dev/null >/dev/null 2>&1 &)"] * 12)
+    for _ in range(5):
+        t = LocalTransport("testnode")
+        assert t.run(["bash", "-c", burst], timeout=10).ok
+        t.close()
+        assert gone_within(marker, 1), alive(marker)
+
+
 # -- over SSH (the real sshd of tests/sshd.py; its node is this machine) ---------------------------
 
 
@@ -241,6 +250,15 @@ def test_a_remote_command_that_ends_leaves_no_daemon_behind(node: SSHTransport, 
     result = node.run(["bash", "-c", f"{daemon(marker)}; echo started"], timeout=10)
     assert (result.exit_code, result.stdout) == (0, "started\n")
     assert gone_within(marker, 1.5), alive(marker)
+
+
+def test_daemons_caught_in_the_middle_of_execve_are_still_found(node: SSHTransport, marker: str) -> None:
+    # each daemon execs three times (setsid, bash, sleep) while the command has already ended:
+    # a sweep that reads its environment mid-execve sees it empty (CI lost one to that)
+    burst = "; ".join([daemon(marker)] * 12)
+    for _ in range(5):
+        assert node.run(["bash", "-c", burst], timeout=10).ok
+        assert gone_within(marker, 1.5), alive(marker)
 
 
 def test_the_run_timeout_over_ssh_kills_the_command_at_once(sshd: SSHServer, tmp_path: Path, marker: str) -> None:

@@ -277,15 +277,24 @@ def _collect(proc: subprocess.Popen[bytes], deadline: float, limit: int) -> tupl
 def _kill_marked(marks: Sequence[str], pids: Sequence[int]) -> int:
     """SIGKILL `pids`, every process whose environment has an entry MARK=<one of `marks`>...,
     and every descendant of those. A mark ending in NUL matches one command exactly, else it
-    is a prefix ("<pid>-": all of one clustercheck process's commands). Two passes over /proc,
-    in case one forked while we looked; the process tree is read only when there is a hit."""
+    is a prefix ("<pid>-": all of one clustercheck process's commands). Another pass over
+    /proc follows one that killed something (one may have forked while we looked) or that saw
+    a process in the middle of execve() (its environment reads empty until the new image is
+    set up), at most five in all; the process tree is read only when there is a hit."""
     needles = [f"{MARK}={m}".encode() for m in marks]
     me = os.getpid()
     killed: set[int] = set()
-    for _ in range(2):
-        doomed = _marked(needles) | set(pids)
+    blank: set[int] = set()  # seen with an empty environment: one that stays so is no execve()
+    for _ in range(5):
+        marked, empty = _marked(needles)
+        doomed = marked | set(pids)
         if not doomed - killed:
-            break
+            if not empty - blank:
+                break
+            blank |= empty
+            time.sleep(0.01)
+            continue
+        blank |= empty
         children: dict[int, list[int]] = {}  # a process that cleared its environment, a child mid-exec
         for pid, ppid in _parents().items():
             children.setdefault(ppid, []).append(pid)
@@ -311,16 +320,22 @@ def _pids() -> list[str]:
         return []
 
 
-def _marked(needles: Sequence[bytes]) -> set[int]:
-    """The processes with an environment entry that starts with one of `needles`."""
+def _marked(needles: Sequence[bytes]) -> tuple[set[int], set[int]]:
+    """The processes with an environment entry that starts with one of `needles`, and the live
+    ones (with an executable: not a kernel thread, not a zombie) whose environment read empty,
+    as it does in the middle of execve()."""
     hits: set[int] = set()
+    empty: set[int] = set()
     for name in _pids():
         with contextlib.suppress(OSError):
             with open(f"/proc/{name}/environ", "rb") as f:
                 env = f.read()
-            if any(env.startswith(n) or b"\0" + n in env for n in needles):
+            if not env:
+                if os.path.exists(f"/proc/{name}/exe"):
+                    empty.add(int(name))
+            elif any(env.startswith(n) or b"\0" + n in env for n in needles):
                 hits.add(int(name))
-    return hits
+    return hits, empty
 
 
 def _parents() -> dict[int, int]:

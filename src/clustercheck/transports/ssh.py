@@ -111,6 +111,10 @@ _COMMAND_LINE = "exec /bin/sh -s"  # the same in every login shell: no quote, no
 # every process on the node, only of those that started since the command began (cc_new:
 # the PIDs above the last one /proc/loadavg named before it, that exist now), or of every
 # process when the PID counter wrapped in between or too many started.
+# A process in the middle of execve() shows an empty environment (the kernel has not yet set
+# up the new image's), and one may fork while we look: a pass that killed something, or saw
+# a live process (one with an exe) whose environment read empty, is followed by another, at
+# most five in all.
 _SESSION = """{{
 echo "{nonce}:$$"; LC_ALL=C; export LC_ALL; CLUSTERCHECK_RUN=cc-{nonce}; export CLUSTERCHECK_RUN
 cc_nl='
@@ -127,10 +131,17 @@ while [ "$cc_p" -lt "$cc_n" ]; do cc_p=$((cc_p + 1))
 if [ -e /proc/$cc_p ]; then for cc_x; do cc_list="$cc_list /proc/$cc_p/$cc_x"; done; fi; done
 }}
 cc_sweep() {{
+cc_k=0 cc_dead=" $cc_me "
+while [ "$cc_k" -lt 5 ]; do cc_k=$((cc_k + 1)) cc_again=
 cc_new "$1" environ stat
 [ -n "$cc_list" ] || return 0
 for cc_p in $(grep -lsE -e "$2" -e "^[0-9]+ \\\\(.*\\\\) . [0-9]+ [0-9]+ $$ " $cc_list </dev/null)
-do cc_p=${{cc_p#/proc/}}; cc_p=${{cc_p%/*}}; [ "$cc_p" = "$cc_me" ] || kill -KILL "$cc_p"; done 2>/dev/null
+do cc_p=${{cc_p#/proc/}}; cc_p=${{cc_p%/*}}; case $cc_dead in *" $cc_p "*) continue;; esac
+kill -KILL "$cc_p"; cc_dead="$cc_dead$cc_p " cc_again=1; done 2>/dev/null
+for cc_p in $(grep -Ls . $cc_list </dev/null); do cc_p=${{cc_p#/proc/}}; cc_p=${{cc_p%/*}}
+[ -e "/proc/$cc_p/exe" ] && cc_again=1; done 2>/dev/null
+[ -n "$cc_again" ] || return 0; sleep 0.01 2>/dev/null
+done
 }}
 cc_run() {{
 cc_i=$1 cc_l=$2 cc_s=$3; shift 3
