@@ -71,7 +71,7 @@ def from_source(root: Path) -> dict[str, bytes]:
         for path in sorted(base.iterdir()):
             if path.is_file() and SOURCE_FILES.match(path.name):
                 files[f"{package}/{path.name}"] = path.read_bytes()
-        if package == "clustercheck":  # its sub-packages, recursively
+        if package != "clustercheck/profiles":  # sub-packages, recursively (checks/gpu/ is one)
             for path in sorted(base.rglob("*")):
                 rel = path.relative_to(base)
                 nested = len(rel.parts) > 1 and "__pycache__" not in rel.parts

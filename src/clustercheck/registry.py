@@ -8,7 +8,7 @@ A check is a function in a subsystem module::
 
         Why it matters ... How it decides ... How to fix ...'''
 
-registered as `<module stem>.<function name>` (here `node.memory`). Its parameters are
+registered as `<subsystem>.<function name>` (here `node.memory`; see `subsystem_of`). Its parameters are
 its keyword-only arguments; their annotations (int, float, str, bool, tuple[str, ...] for lists, Size)
 are the types a profile is validated against, their defaults the defaults. The first
 docstring line is the title `clustercheck checks` shows; the rest is `explain`.
@@ -244,9 +244,19 @@ def check(
     return register(func) if func is not None else register
 
 
+def subsystem_of(module: str) -> str:
+    """The subsystem a check's module gives its id: `clustercheck.checks.gpu` and every module
+    of the `clustercheck.checks.gpu` package (`...gpu.nvlink`) give `gpu`, so a subsystem can
+    be split into files without renaming its checks; a site folder's `x.py` gives `x`, any
+    other module its last name."""
+    for prefix in ("clustercheck.checks.", "clustercheck_site."):
+        if module.startswith(prefix):
+            return module[len(prefix) :].split(".", 1)[0]
+    return module.rsplit(".", 1)[-1]
+
+
 def _make_spec(f: CheckFunc, check_id: str | None, needs: tuple[str, ...], timeout: float) -> CheckSpec:
-    stem = f.__module__.rsplit(".", 1)[-1]
-    check_id = check_id or f"{stem}.{f.__name__}"
+    check_id = check_id or f"{subsystem_of(f.__module__)}.{f.__name__}"
     where = f"{inspect.getsourcefile(f) or f.__module__}:{f.__code__.co_firstlineno}"
     hints = typing.get_type_hints(f)
     params = []
@@ -277,8 +287,17 @@ _entry_points_loaded = False
 
 
 def builtin_modules() -> list[str]:
+    """The built-in subsystems: each a module of `checks/`, or a package whose modules all
+    hold that subsystem's checks."""
     pkg = importlib.import_module("clustercheck.checks")
     return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+
+
+def _import_subsystem(name: str) -> None:
+    module = importlib.import_module(f"clustercheck.checks.{name}")
+    for sub in pkgutil.iter_modules(getattr(module, "__path__", [])):
+        if not sub.name.startswith("_"):
+            importlib.import_module(f"clustercheck.checks.{name}.{sub.name}")
 
 
 def load_dir(folder: Path) -> None:
@@ -346,7 +365,7 @@ def lookup(check_id: str) -> CheckSpec | None:
         return _REGISTRY[check_id]
     stem = check_id.split(".", 1)[0]
     if re.fullmatch(r"[a-z_][a-z0-9_]*", stem) and stem in builtin_modules():
-        importlib.import_module(f"clustercheck.checks.{stem}")
+        _import_subsystem(stem)
     if check_id not in _REGISTRY:
         _load_entry_points()
     return _REGISTRY.get(check_id)
@@ -355,7 +374,7 @@ def lookup(check_id: str) -> CheckSpec | None:
 def all_checks() -> list[CheckSpec]:
     """Every check: built-in, from loaded site folders and from entry points."""
     for name in builtin_modules():
-        importlib.import_module(f"clustercheck.checks.{name}")
+        _import_subsystem(name)
     _load_entry_points()
     return sorted(_REGISTRY.values(), key=lambda s: s.id)
 
