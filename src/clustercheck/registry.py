@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from clustercheck.errors import UsageError
+from clustercheck.result import ACTIONS
 
 if typing.TYPE_CHECKING:
     from clustercheck.result import Result
@@ -181,6 +182,7 @@ class CheckSpec:
     timeout: float
     source: str
     validate: Validator | None = None
+    action: str = ""  # the ACTIONS entry its warn and fail results carry unless they name another
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -193,6 +195,7 @@ class CheckSpec:
             "timeout_s": self.timeout,
             "params": [p.to_json() for p in self.params],
             "source": self.source,
+            "action": self.action,
         }
 
 
@@ -213,6 +216,7 @@ def check(
     needs: Iterable[str] = (),
     timeout: float = DEFAULT_CHECK_TIMEOUT,
     validate: Validator | None = None,
+    action: str = "",
 ) -> Callable[[F], F]: ...
 
 
@@ -224,17 +228,23 @@ def check(
     needs: Iterable[str] = (),
     timeout: float = DEFAULT_CHECK_TIMEOUT,
     validate: Validator | None = None,
+    action: str = "",
 ) -> Any:
     """Register a check. Usable bare (`@check`) or with options (`@check(needs=[...])`).
 
     `needs` says what the check reads on a node ("command nvidia-smi", "file /proc/meminfo",
     "probe nvml"); `timeout` is its default time budget in seconds; `validate` (a Validator)
     judges the check's parameters when a profile loads, each problem reported at the check's
-    FILE:LINE in the profile like the other profile problems.
+    FILE:LINE in the profile like the other profile problems. `action` (one of
+    `result.ACTIONS`) is what its warn and fail results ask for unless one names another.
     """
 
     def register(f: F) -> F:
-        spec = dataclasses.replace(_make_spec(f, id, tuple(needs), timeout), validate=validate)
+        spec = dataclasses.replace(_make_spec(f, id, tuple(needs), timeout), validate=validate, action=action)
+        if action and action not in ACTIONS:
+            raise UsageError(
+                f"{spec.source}: check {spec.id}: unknown action {action!r}; use one of {', '.join(ACTIONS)}"
+            )
         old = _REGISTRY.get(spec.id)
         if old is not None and old.source != spec.source:
             raise UsageError(f"check {spec.id} is defined twice: in {old.source} and in {spec.source}")

@@ -57,6 +57,28 @@ class ExitCode(enum.IntEnum):
         }[status]
 
 
+#: What a failing or warning result asks of whoever acts on it (a sweep, a site's drain script):
+#: the machine-readable `action` of a result, one of these. A check names its usual one with
+#: `@check(action=...)`; a result may name another (`fail(..., action=REBOOT)`).
+ACTIONS: dict[str, str] = {
+    "RESET_GPU": "reset the GPU (nvidia-smi -r, or a reboot where a reset is refused) and check again",
+    "REBOOT": "reboot the node and check again",
+    "POWER_CYCLE": "power the node off and on (a cold boot), then check again",
+    "REPLACE_HW": "hardware failed a test: open an RMA for the part named",
+    "CHECK_CABLE": "reseat or replace the cable or transceiver of the port named",
+    "FIX_CONFIG": "correct the node's configuration or software (the remedy names what)",
+    "RESTART_SERVICE": "restart the service named, then check again",
+    "INVESTIGATE": "no known remedy: an admin must look (the evidence says what was seen)",
+}
+
+
+def checked_action(action: str) -> str:
+    """`action` if it is one of ACTIONS (or empty), else ValueError naming the known ones."""
+    if action and action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}: use one of {', '.join(ACTIONS)}")
+    return action
+
+
 @dataclass(frozen=True)
 class Result:
     """A check's verdict. `summary` states observed against expected, with units."""
@@ -66,6 +88,7 @@ class Result:
     data: Mapping[str, Any] = field(default_factory=dict)
     evidence: tuple[str, ...] = ()
     remedy: str = ""
+    action: str = ""  # one of ACTIONS, for warn and fail; empty: the check's own (@check(action=))
 
 
 def ok(summary: str, *, data: Mapping[str, Any] | None = None, evidence: Iterable[str] = ()) -> Result:
@@ -73,15 +96,25 @@ def ok(summary: str, *, data: Mapping[str, Any] | None = None, evidence: Iterabl
 
 
 def warn(
-    summary: str, *, remedy: str = "", data: Mapping[str, Any] | None = None, evidence: Iterable[str] = ()
+    summary: str,
+    *,
+    remedy: str = "",
+    data: Mapping[str, Any] | None = None,
+    evidence: Iterable[str] = (),
+    action: str = "",
 ) -> Result:
-    return Result(Status.WARN, summary, dict(data or {}), tuple(evidence), remedy)
+    return Result(Status.WARN, summary, dict(data or {}), tuple(evidence), remedy, checked_action(action))
 
 
 def fail(
-    summary: str, *, remedy: str = "", data: Mapping[str, Any] | None = None, evidence: Iterable[str] = ()
+    summary: str,
+    *,
+    remedy: str = "",
+    data: Mapping[str, Any] | None = None,
+    evidence: Iterable[str] = (),
+    action: str = "",
 ) -> Result:
-    return Result(Status.FAIL, summary, dict(data or {}), tuple(evidence), remedy)
+    return Result(Status.FAIL, summary, dict(data or {}), tuple(evidence), remedy, checked_action(action))
 
 
 def skip(reason: str, *, data: Mapping[str, Any] | None = None, evidence: Iterable[str] = ()) -> Result:
@@ -99,9 +132,10 @@ class CheckResult:
     remedy: str = ""
     duration_s: float = 0.0
     data: Mapping[str, Any] = field(default_factory=dict)
+    action: str = ""  # one of ACTIONS on a warn or fail whose check names one; "" otherwise
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.id,
             "status": self.status.value,
             "summary": self.summary,
@@ -110,6 +144,9 @@ class CheckResult:
             "duration_s": round(self.duration_s, 4),
             "data": dict(self.data),
         }
+        if self.action:
+            out["action"] = self.action
+        return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> CheckResult:
@@ -121,6 +158,7 @@ class CheckResult:
             remedy=str(obj.get("remedy", "")),
             duration_s=float(obj.get("duration_s", 0.0)),
             data=dict(obj.get("data") or {}),
+            action=str(obj.get("action") or "") if str(obj.get("action") or "") in ACTIONS else "",
         )
 
 

@@ -70,11 +70,14 @@ def run_one(host: Host, config: CheckConfig, *, debug: bool = False, deadline: f
     start = time.monotonic()
     host.deadline = min(start + config.timeout, deadline or float("inf"))
     data: dict[str, object] = {}
+    action = ""
     try:
         result = spec.func(host, **config.params)
         if not isinstance(result, Result):
             raise TypeError(f"the check returned {type(result).__name__}, not a Result (use ok/warn/fail/skip)")
         status, summary, remedy = result.status, result.summary, result.remedy
+        if status in (Status.FAIL, Status.WARN):
+            action = result.action or spec.action
         evidence = list(result.evidence)
         data = dict(result.data)
         if status is Status.ERROR:
@@ -94,7 +97,7 @@ def run_one(host: Host, config: CheckConfig, *, debug: bool = False, deadline: f
     finally:
         host.deadline = None
     evidence += [o for o in host.observations if o not in evidence]
-    return CheckResult(config.id, status, summary, tuple(evidence), remedy, time.monotonic() - start, data)
+    return CheckResult(config.id, status, summary, tuple(evidence), remedy, time.monotonic() - start, data, action)
 
 
 def _needed_files(profile: Profile) -> list[str]:
