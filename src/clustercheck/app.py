@@ -20,6 +20,7 @@ from clustercheck import __version__, cli
 if TYPE_CHECKING:
     from clustercheck.profile import Profile
 from clustercheck.errors import UsageError
+from clustercheck.formats import Format
 
 app = typer.Typer(
     name="clustercheck",
@@ -28,15 +29,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-
-
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    jsonl = "jsonl"
-    junit = "junit"
-    prometheus = "prometheus"
-    html = "html"
 
 
 class ListFormat(str, Enum):

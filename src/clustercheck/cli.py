@@ -21,11 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from clustercheck import __version__
+from clustercheck import __version__, formats
 from clustercheck.errors import ClusterCheckError, HostError, UsageError
 from clustercheck.result import ExitCode, HostReport, Report
-
-FORMATS = ("table", "json", "jsonl", "junit", "prometheus")
 
 
 @dataclass
@@ -190,8 +188,8 @@ def execute_run(
         arguments.pop("arguments", None)
         _bounded(lambda: execute_run(**arguments), timeout)
         return
-    from clustercheck import formats, runner
     from clustercheck import profile as profiles
+    from clustercheck import runner
 
     formats.check_view(fmt, by=by, all_hosts=all_hosts)  # before any host is contacted
     check_output(output)
@@ -353,7 +351,7 @@ def fast_local_run(argv: Sequence[str]) -> bool:
     if (
         not opts.get("local")
         or "profile" not in opts
-        or opts.get("format", "table") not in FORMATS
+        or opts.get("format", "table") not in formats.FORMATS
         or (timeout is not None and timeout < 0.1)
         or command_timeout < 0.1
     ):

@@ -13,7 +13,6 @@ seen in several inputs keeps its last results. The exit code is the merged repor
 from __future__ import annotations
 
 import json
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,15 +20,8 @@ import typer
 
 from clustercheck import __version__, cli
 from clustercheck.errors import UsageError
+from clustercheck.formats import Format
 from clustercheck.result import CheckResult, HostReport, Report
-
-
-class ReportFormat(str, Enum):
-    table = "table"
-    json = "json"
-    junit = "junit"
-    html = "html"
-    prometheus = "prometheus"
 
 
 def _inputs(paths: list[Path]) -> list[Path]:
@@ -192,7 +184,7 @@ def read_results(paths: list[Path]) -> Report:
 
 def report(
     inputs: Annotated[list[Path], typer.Argument(help="jsonl/json result files or folders of them ('-': stdin).")],
-    fmt: Annotated[ReportFormat, typer.Option("--format", "-f", help="Report format.")] = ReportFormat.table,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.table,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the report here (atomically).")] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="The problem hosts' checks in full, with evidence.")
@@ -213,7 +205,7 @@ def report(
     merged = read_results(inputs)
 
     def render(out: Any) -> None:
-        if fmt is ReportFormat.json:
+        if fmt is Format.json:
             json.dump({**merged.to_json(), "fleet": summarize(merged).to_json()}, out, indent=2)
             out.write("\n")
         else:

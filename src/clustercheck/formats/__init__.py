@@ -1,10 +1,12 @@
 """Output formats: pure renderers of a `Report` onto a text stream.
 
-Every format is a module with a renderer `render(report, out, *, verbose=False) -> None`
-(the json module holds two: `render_json` and `render_jsonl`). A renderer only writes
-text: it sets no exit code (that comes from `Report.exit_code`) and opens no file (the
-CLI writes atomically). Modules are imported lazily, so that rendering json or jsonl
-(the Slurm prolog path) never imports rich.
+`Format` is the one registry of format names: the CLI's choices (`run`, `record`, `report`),
+the single file's and the prolog's come from it. Format `x` is the module
+`clustercheck.formats.x` with a renderer `render(report, out, *, verbose=False) -> None`, so
+a new format is one module plus its line in `Format`. A renderer only writes text: it sets no
+exit code (that comes from `Report.exit_code`) and opens no file (the CLI writes atomically).
+Modules are imported lazily, so that rendering json or jsonl (the Slurm prolog path) never
+imports rich.
 
 The table format alone also takes a fleet view: `by` ("check" or "host") and `all_hosts`
 (see `render`); `check_view` refuses them for other formats before any host is contacted.
@@ -12,6 +14,7 @@ The table format alone also takes a fleet view: `by` ("check" or "host") and `al
 
 from __future__ import annotations
 
+import enum
 import importlib
 import re
 from typing import Protocol, TextIO
@@ -19,20 +22,22 @@ from typing import Protocol, TextIO
 from clustercheck.errors import UsageError
 from clustercheck.result import Report
 
-__all__ = ["FORMATS", "VIEWS", "Renderer", "check_view", "escape_controls", "render", "renderer"]
+__all__ = ["FORMATS", "VIEWS", "Format", "Renderer", "check_view", "escape_controls", "render", "renderer"]
+
+
+class Format(str, enum.Enum):
+    """Every report format, the default first; each is the module clustercheck.formats.<value>."""
+
+    table = "table"
+    json = "json"
+    jsonl = "jsonl"
+    junit = "junit"
+    prometheus = "prometheus"
+    html = "html"
+
 
 #: Every format name the CLI accepts, the default first.
-FORMATS = ("table", "json", "jsonl", "junit", "prometheus", "html")
-
-# format -> (module, function); the module is imported only when that format is used.
-_RENDERERS: dict[str, tuple[str, str]] = {
-    "table": ("clustercheck.formats.table", "render"),
-    "json": ("clustercheck.formats.json", "render_json"),
-    "jsonl": ("clustercheck.formats.json", "render_jsonl"),
-    "junit": ("clustercheck.formats.junit", "render"),
-    "prometheus": ("clustercheck.formats.prometheus", "render"),
-    "html": ("clustercheck.formats.html", "render"),
-}
+FORMATS = tuple(f.value for f in Format)
 
 
 class Renderer(Protocol):
@@ -41,11 +46,9 @@ class Renderer(Protocol):
 
 def renderer(fmt: str) -> Renderer:
     """The renderer of format `fmt`; UsageError (exit 64) for an unknown format."""
-    try:
-        module_name, function = _RENDERERS[fmt]
-    except KeyError:
-        raise UsageError(f"unknown output format {fmt!r}; choose one of: {', '.join(FORMATS)}") from None
-    func: Renderer = getattr(importlib.import_module(module_name), function)
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown output format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    func: Renderer = importlib.import_module(f"clustercheck.formats.{fmt}").render
     return func
 
 
