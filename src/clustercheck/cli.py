@@ -19,11 +19,14 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from clustercheck import __version__, formats
 from clustercheck.errors import ClusterCheckError, HostError, UsageError
 from clustercheck.result import ExitCode, HostReport, Report
+
+if TYPE_CHECKING:
+    from clustercheck.transports.base import Transport
 
 
 @dataclass
@@ -45,7 +48,7 @@ def make_transports(
     identity: list[str] | None = None,
     port: int | None = None,
     accept_new_host_keys: bool = False,
-) -> list[Any]:
+) -> list[Transport]:
     """The transports for --local (the default), --ssh HOSTLIST or --replay DIR..."""
     chosen = sum([bool(local), ssh is not None, bool(replay)])
     if chosen > 1:
@@ -76,11 +79,11 @@ def make_transports(
     return [LocalTransport()]
 
 
-def recorded_profile(transports: Sequence[Any]) -> str:
+def recorded_profile(transports: Sequence[Transport]) -> str:
     """The profile the replayed fixtures were recorded for (a path is relative to its fixture)."""
     refs: set[str | None] = set()
     for t in transports:
-        fixture = getattr(t, "fixture", None)
+        fixture = t.fixture
         if fixture is None or fixture.profile is None:
             refs.add(None)
             continue
@@ -160,7 +163,7 @@ def write_output(render: Callable[[TextIO], None], output: Path | None) -> None:
 
 def execute_run(
     profile: str | None,
-    transports: Sequence[Any],
+    transports: Sequence[Transport],
     *,
     checks_dirs: tuple[Path, ...] = (),
     fmt: str = "table",
@@ -195,10 +198,14 @@ def execute_run(
     check_output(output)
     ref = profile or recorded_profile(transports)
     prof = profiles.load(ref, extra_check_dirs=checks_dirs, allow_code=profile is not None or trust_fixture_code)
-    for t in transports:  # a replay's "re-record it with ..." hint names what this run uses
-        if hasattr(t, "profile_in_use"):
-            t.profile_in_use = _from_here(ref)
-            t.checks_in_use = tuple(str(d) for d in checks_dirs)
+    replays = [t for t in transports if t.fixture is not None]
+    if replays:  # a replay's "re-record it with ..." hint names what this run uses
+        from clustercheck.transports.fixture import ReplayTransport
+
+        for t in replays:
+            if isinstance(t, ReplayTransport):
+                t.profile_in_use = _from_here(ref)
+                t.checks_in_use = tuple(str(d) for d in checks_dirs)
     stream = fmt == "jsonl" and output is None  # each host's lines as soon as it is done
     progress = None
     if len(transports) > 1 and any(t.kind != "replay" for t in transports):  # replays are instant

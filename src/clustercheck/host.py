@@ -31,9 +31,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from clustercheck.errors import CommandTimeout, HostError
+from clustercheck.transports.base import Transport as Transport  # the protocol (re-exported: checks import it here)
 
 T = TypeVar("T")
 
@@ -119,27 +120,6 @@ class CommandResult:
         return f"$ {self.command}  ({how})"
 
 
-class Transport(Protocol):
-    """How bytes reach one node. Implementations: local, ssh, replay, recording."""
-
-    host: str
-    kind: str
-
-    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
-        """Run argv (no shell) and return its result; a command that is not found exits 127."""
-        ...
-
-    def read(self, path: str, *, timeout: float) -> str:
-        """Return the file's text; raise FileNotFoundError when absent, HostError otherwise."""
-        ...
-
-    def probe(self, name: str, *, timeout: float) -> Any:
-        """Return the JSON-able record of the named probe (see `Probe`)."""
-        ...
-
-    def close(self) -> None: ...
-
-
 @dataclass(frozen=True)
 class Probe:
     """Facts that need an in-process library locally and commands elsewhere.
@@ -218,19 +198,20 @@ class Host:
         return result.stdout
 
     def prefetch(self, paths: Sequence[str]) -> None:
-        """Read these files ahead in one round trip where the transport can (SSH `read_many`).
+        """Read these files ahead in one round trip where the transport can (`read_many`; SSH does).
 
         Only for files that never block (kernel pseudo-files, /etc): a batch stuck on one hung
         file would delay all of them. Later read() calls of these paths use what was fetched.
         """
-        read_many = getattr(self.transport, "read_many", None)
         safe = [p for p in paths if p.startswith(("/proc/", "/sys/", "/etc/")) and p not in self._prefetched]
-        if read_many is None or len(safe) < 2:
+        if len(safe) < 2:
             return
         try:
-            got = read_many(safe, timeout=self.command_timeout)
+            got = self.transport.read_many(safe, timeout=self.command_timeout)
         except OutputTooLarge:
             return  # each read() then meets the cap on its own, and says which file it was
+        if not got:  # nothing read ahead (or a transport that reads no faster in a batch)
+            return
         self._count(sum(len(t) for t in got.values() if t), "reading " + ", ".join(safe))
         self._prefetched.update(got)
 

@@ -17,9 +17,10 @@ from collections.abc import Callable, Sequence
 
 from clustercheck import registry
 from clustercheck.errors import HostError, Unreachable
-from clustercheck.host import DEFAULT_COMMAND_TIMEOUT, Host, Transport
+from clustercheck.host import DEFAULT_COMMAND_TIMEOUT, Host
 from clustercheck.profile import CheckConfig, Profile
 from clustercheck.result import CheckResult, HostReport, Report, Result, Status
+from clustercheck.transports.base import Transport
 
 OnHostDone = Callable[[HostReport], None]
 
@@ -144,13 +145,11 @@ def run_profile(
             transport = transports[i]
             try:
                 host = Host(transport, command_timeout=command_timeout)
-                connect = getattr(transport, "connect", None)  # transports with a connection (SSH)
-                if connect is not None:
-                    try:  # before the checks, so the handshake does not eat the first check's budget
-                        connect()
-                        host.prefetch(_needed_files(profile))
-                    except HostError as exc:
-                        host.unreachable = str(exc) if isinstance(exc, Unreachable) else None
+                try:  # before the checks, so the handshake does not eat the first check's budget
+                    transport.connect()  # nothing for a transport with no connection (local, replay)
+                    host.prefetch(_needed_files(profile))  # nothing where read_many is not faster
+                except HostError as exc:
+                    host.unreachable = str(exc) if isinstance(exc, Unreachable) else None
                 run_checks(
                     host,
                     profile.checks,

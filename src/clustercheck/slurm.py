@@ -51,12 +51,15 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 from clustercheck import __version__
 from clustercheck.errors import ClusterCheckError, HostError, UsageError
 from clustercheck.host import CommandResult, Transport
 from clustercheck.result import CheckResult, ExitCode, HostReport, Report, Status
+
+if TYPE_CHECKING:
+    from clustercheck.transports.fixture import Fixture
 
 #: Every drain reason clustercheck sets starts with this: it is how it knows its own drains.
 REASON_PREFIX = "clustercheck:"
@@ -316,11 +319,21 @@ class NoSlurmCommands:
             )
         return self.inner.run(argv, timeout=timeout)
 
+    @property
+    def fixture(self) -> Fixture | None:
+        return self.inner.fixture
+
     def read(self, path: str, *, timeout: float) -> str:
         return self.inner.read(path, timeout=timeout)
 
+    def read_many(self, paths: Sequence[str], *, timeout: float) -> dict[str, str | None]:
+        return self.inner.read_many(paths, timeout=timeout)
+
     def probe(self, name: str, *, timeout: float) -> Any:
         return self.inner.probe(name, timeout=timeout)
+
+    def connect(self) -> None:
+        self.inner.connect()
 
     def close(self) -> None:
         self.inner.close()
@@ -383,7 +396,7 @@ def say(text: str, stream: TextIO | None) -> str:
         return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 
 
-def _transports(replay: Path | None, node: str | None) -> list[Any]:
+def _transports(replay: Path | None, node: str | None) -> list[Transport]:
     if replay is not None:
         from clustercheck.transports.fixture import ReplayTransport, find_fixtures
 
@@ -417,7 +430,7 @@ def _run_checks(
 
     allow_code = True
     if profile is None:
-        if any(hasattr(t, "fixture") for t in transports):
+        if any(t.fixture is not None for t in transports):
             profile = recorded_profile(transports)
             allow_code = trust_fixture_code
         else:

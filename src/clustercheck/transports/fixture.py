@@ -39,8 +39,9 @@ from typing import Any
 import yaml
 
 from clustercheck.errors import FixtureError, HostError, NotRecorded
-from clustercheck.host import CommandResult, Transport
+from clustercheck.host import CommandResult
 from clustercheck.redact import redact, redact_argv
+from clustercheck.transports.base import Transport
 
 MANIFEST = "fixture.yaml"
 MAX_FILE_BYTES = 64 * 1024 * 1024  # one file of a fixture (the largest shipped one is under 60 KB)
@@ -364,10 +365,12 @@ def _has_manifest(folder: Path) -> bool:
 
 
 class ReplayTransport:
+    """A recorded fixture, replayed strictly (a `base.Transport`)."""
+
     kind = "replay"
 
     def __init__(self, fixture: Fixture) -> None:
-        self.fixture = fixture
+        self.fixture: Fixture = fixture
         self.host = fixture.host
         self._read_total = 0
         # What the run in progress uses, for the re-record hint (set by cli.execute_run): the
@@ -492,6 +495,13 @@ class ReplayTransport:
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError; too deep
             raise FixtureError(f"{shown}: not valid JSON: {_one_line(exc)}") from exc
 
+    def read_many(self, paths: Sequence[str], *, timeout: float) -> dict[str, str | None]:
+        """Nothing: each file is looked up as it is read (what is not recorded is an error there)."""
+        return {}
+
+    def connect(self) -> None:
+        """Nothing to connect to."""
+
     def close(self) -> None:
         pass
 
@@ -513,6 +523,7 @@ class RecordingTransport:
     """
 
     kind = "recording"
+    fixture = None  # it writes one; what it records is a live node
 
     def __init__(self, inner: Transport, out: Path, *, redact_hostnames: bool | str = False) -> None:
         self.inner = inner
@@ -590,11 +601,13 @@ class RecordingTransport:
         self._write(("probes", json_name), text + "\n")
         return record
 
+    def read_many(self, paths: Sequence[str], *, timeout: float) -> dict[str, str | None]:
+        """Nothing: every file goes through read(), which records it (or its absence)."""
+        return {}
+
     def connect(self) -> None:
-        """Connect the inner transport up front when it has a connection (SSH)."""
-        connect = getattr(self.inner, "connect", None)
-        if connect is not None:
-            connect()
+        """Connect the inner transport up front (SSH; nothing for the others)."""
+        self.inner.connect()
 
     def close(self) -> None:
         self.inner.close()

@@ -140,7 +140,10 @@ os.register_at_fork(after_in_child=_LIVE.clear)  # a forked worker does not own 
 
 
 class LocalTransport:
+    """This node (a `base.Transport`): subprocesses, file reads, in-process probes."""
+
     kind = "local"
+    fixture = None  # a live node, not a recording
 
     def __init__(self, host: str | None = None) -> None:
         # Under Slurm (srun tasks, prologs) the node's Slurm name is the one admins use.
@@ -216,6 +219,13 @@ class LocalTransport:
             except ProbeUnavailable:
                 pass  # e.g. libnvidia-ml not loadable: build the same record from commands
         return probe.remote(self, timeout)
+
+    def read_many(self, paths: Sequence[str], *, timeout: float) -> dict[str, str | None]:
+        """Nothing: a local read costs no more one file at a time (Host.read reads each)."""
+        return {}
+
+    def connect(self) -> None:
+        """Nothing to connect to."""
 
     def close(self) -> None:
         """Kill commands still running (the run's --timeout expired while they ran) and whatever

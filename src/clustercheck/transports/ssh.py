@@ -231,6 +231,7 @@ class SSHTransport:
     """Run commands on, and read files of, one host over SSH. Connects on first use."""
 
     kind = "ssh"
+    fixture = None  # a live node, not a recording
 
     def __init__(
         self,

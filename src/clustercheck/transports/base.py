@@ -1,0 +1,79 @@
+"""The Transport protocol: how bytes reach one node, whatever carries them.
+
+Implementations: `local.LocalTransport` (this node: subprocesses, file reads, in-process
+probes), `ssh.SSHTransport` (a node over SSH), `fixture.ReplayTransport` (a recorded
+fixture, strictly), `fixture.RecordingTransport` (wraps another and writes a fixture), and
+`slurm.NoSlurmCommands` (the prolog's wrapper). Checks never see a transport: `host.Host`
+wraps one, and adds deadlines, caps and evidence.
+
+Every member below is part of the protocol; a transport without a connection or without a
+faster batch read implements `connect()` and `read_many()` as the trivial answers their
+docstrings give, so callers never have to ask whether a method is there.
+
+What each call must do:
+
+- `run`: argv (no shell), stdin at EOF, LC_ALL=C; a command that is not found exits 127;
+  one past `timeout` is killed and comes back with `timed_out` (never raised); output past
+  `host.output_limit()` raises `host.OutputTooLarge`; a node that cannot be reached raises
+  `errors.Unreachable`, any other failure of the transport `errors.HostError`.
+- `read`: a file's text; FileNotFoundError when it is absent on the node, HostError otherwise.
+- `read_many`: several files in one round trip, {path: text, or None when absent}; a path it
+  could not read (or could not tell) is left out, and `read()` then reports it. {} from a
+  transport for which one read per file costs no more (local, replay).
+- `probe`: the JSON-able record of the named `host.Probe`.
+- `connect`: open the connection now, bounded by the connect timeout (Unreachable when it
+  cannot), so the handshake does not eat the first check's budget; nothing for a transport
+  with no connection.
+- `close`: stop whatever still runs (never wait for it) and start nothing after; safe to call
+  from another thread, and more than once.
+- `fixture`: the recording this transport replays (`fixture.Fixture`), None for a live node.
+
+A new transport: a module in this package whose class has these members (mypy checks it
+where it is passed as a Transport), a way to choose it in `cli.make_transports`, and its
+tests; see the README's contributors section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:  # both import this module: only the type checker follows these
+    from clustercheck.host import CommandResult
+    from clustercheck.transports.fixture import Fixture
+
+
+class Transport(Protocol):
+    """How bytes reach one node: run, read, read_many, probe, connect, close."""
+
+    host: str  # the node's name as the user gave it (the report's host)
+    kind: str  # "local", "ssh", "replay", "recording"... (a recording's manifest says which)
+
+    @property
+    def fixture(self) -> Fixture | None:
+        """The fixture this transport replays; None for a live node."""
+        ...
+
+    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        """Run argv (no shell) and return its result; a command that is not found exits 127."""
+        ...
+
+    def read(self, path: str, *, timeout: float) -> str:
+        """Return the file's text; raise FileNotFoundError when absent, HostError otherwise."""
+        ...
+
+    def read_many(self, paths: Sequence[str], *, timeout: float) -> dict[str, str | None]:
+        """Several files in one round trip: {path: text, None when absent}; {} when not faster."""
+        ...
+
+    def probe(self, name: str, *, timeout: float) -> Any:
+        """Return the JSON-able record of the named probe (see `host.Probe`)."""
+        ...
+
+    def connect(self) -> None:
+        """Connect now where there is a connection to make (Unreachable when it fails)."""
+        ...
+
+    def close(self) -> None:
+        """Stop what still runs and start nothing after."""
+        ...
