@@ -208,6 +208,17 @@ def fake_nvml(mocker: MockerFixture, driver: bytes, cuda: int, gpus: list[FakeGp
         "nvmlDeviceGetMaxPcieLinkGeneration",
         "nvmlDeviceGetCurrPcieLinkWidth",
         "nvmlDeviceGetMaxPcieLinkWidth",
+        "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+        "nvmlDeviceGetVbiosVersion",
+        "nvmlDeviceGetInforomImageVersion",
+        "nvmlDeviceGetPerformanceState",
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetEnforcedPowerLimit",
+        "nvmlDeviceGetPowerManagementDefaultLimit",
+        "nvmlDeviceGetPowerManagementLimitConstraints",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetGraphicsRunningProcesses",
     ]
     for name in simple:
         mocker.patch.object(pynvml, name, side_effect=lambda h, _n=name: h.get(_n))
@@ -218,11 +229,51 @@ def fake_nvml(mocker: MockerFixture, driver: bytes, cuda: int, gpus: list[FakeGp
     )
     mocker.patch.object(pynvml, "nvmlDeviceGetRetiredPages", side_effect=lambda h, cause: h.get(f"retired {cause}"))
     mocker.patch.object(pynvml, "nvmlDeviceGetTemperature", side_effect=lambda h, sensor: h.get(f"temp {sensor}"))
+    for name in ("nvmlDeviceGetApplicationsClock", "nvmlDeviceGetDefaultApplicationsClock"):
+        mocker.patch.object(pynvml, name, side_effect=lambda h, clock, _n=name: h.get(f"{_n} {clock}"))
+    for name in ("nvmlDeviceGetMaxClockInfo",):
+        mocker.patch.object(pynvml, name, side_effect=lambda h, clock, _n=name: h.get(f"{_n} {clock}"))
+    names = {p.pid: p.name for g in gpus if isinstance(g, FakeGpu) for p in g.answers.get("names", [])}
+
+    def process_name(pid: int) -> bytes:
+        if pid not in names:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return names[pid]
+
+    mocker.patch.object(pynvml, "nvmlSystemGetProcessName", side_effect=process_name)
 
 
 class Pci:
     def __init__(self, bus_id: bytes) -> None:
         self.busId = bus_id
+
+
+class Memory:
+    """nvmlMemory_t: bytes."""
+
+    def __init__(self, used_mib: int, total_mib: int) -> None:
+        self.used, self.total = used_mib << 20, total_mib << 20
+
+
+class Proc:
+    """nvmlProcessInfo_t: pid and bytes of GPU memory (and, for the fake, the name NVML gives)."""
+
+    def __init__(self, pid: int, used_mib: int, name: bytes) -> None:
+        self.pid, self.usedGpuMemory, self.name = pid, used_mib << 20, name
+
+
+GR, MEM = pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_MEM
+
+
+def clocks(app: tuple[int, int], default: tuple[int, int], top: tuple[int, int]) -> dict[str, int]:
+    return {
+        f"nvmlDeviceGetApplicationsClock {GR}": app[0],
+        f"nvmlDeviceGetApplicationsClock {MEM}": app[1],
+        f"nvmlDeviceGetDefaultApplicationsClock {GR}": default[0],
+        f"nvmlDeviceGetDefaultApplicationsClock {MEM}": default[1],
+        f"nvmlDeviceGetMaxClockInfo {GR}": top[0],
+        f"nvmlDeviceGetMaxClockInfo {MEM}": top[1],
+    }
 
 
 UNC = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
@@ -250,6 +301,18 @@ A100_NVML = FakeGpu(
         "nvmlDeviceGetCurrPcieLinkWidth": 16,
         "nvmlDeviceGetMaxPcieLinkWidth": 16,
         f"temp {TEMP}": 27,
+        "nvmlDeviceGetGpuMaxPcieLinkGeneration": 4,
+        "nvmlDeviceGetVbiosVersion": b"92.00.36.00.02",
+        "nvmlDeviceGetInforomImageVersion": b"G506.0212.00.01",
+        "nvmlDeviceGetPerformanceState": 0,
+        "nvmlDeviceGetPowerUsage": 67030,  # milliwatts
+        "nvmlDeviceGetEnforcedPowerLimit": 500000,
+        "nvmlDeviceGetPowerManagementDefaultLimit": 500000,
+        "nvmlDeviceGetPowerManagementLimitConstraints": [100000, 500000],
+        "nvmlDeviceGetMemoryInfo": Memory(50, 81920),
+        "nvmlDeviceGetComputeRunningProcesses": [],
+        "nvmlDeviceGetGraphicsRunningProcesses": [],
+        **clocks((1275, 1593), (1275, 1593), (1410, 1593)),
     }
 )
 A10G_NVML = FakeGpu(
@@ -272,6 +335,18 @@ A10G_NVML = FakeGpu(
         "nvmlDeviceGetCurrPcieLinkWidth": 8,
         "nvmlDeviceGetMaxPcieLinkWidth": 16,
         f"temp {TEMP}": 17,
+        "nvmlDeviceGetVbiosVersion": "94.02.75.00.01",
+        "nvmlDeviceGetInforomImageVersion": "G133.0210.00.04",
+        "nvmlDeviceGetPerformanceState": 8,
+        "nvmlDeviceGetPowerUsage": 25580,
+        "nvmlDeviceGetEnforcedPowerLimit": 300000,
+        "nvmlDeviceGetPowerManagementDefaultLimit": 300000,
+        "nvmlDeviceGetPowerManagementLimitConstraints": [100000, 300000],
+        "nvmlDeviceGetMemoryInfo": Memory(22, 23028),
+        "nvmlDeviceGetComputeRunningProcesses": [],
+        "nvmlDeviceGetGraphicsRunningProcesses": [Proc(725, 22, b"/usr/lib/xorg/Xorg")],
+        "names": [Proc(725, 22, b"/usr/lib/xorg/Xorg")],
+        **clocks((1710, 6251), (1710, 6251), (1710, 6251)),
     }
 )
 T4_NVML = FakeGpu(
@@ -294,6 +369,18 @@ T4_NVML = FakeGpu(
         "nvmlDeviceGetCurrPcieLinkWidth": 8,
         "nvmlDeviceGetMaxPcieLinkWidth": 16,
         f"temp {TEMP}": 40,
+        "nvmlDeviceGetVbiosVersion": b"90.04.84.00.06",
+        "nvmlDeviceGetInforomImageVersion": b"G183.0200.00.02",
+        "nvmlDeviceGetPerformanceState": 0,
+        "nvmlDeviceGetPowerUsage": 26780,
+        "nvmlDeviceGetEnforcedPowerLimit": 70000,
+        "nvmlDeviceGetPowerManagementDefaultLimit": 70000,
+        "nvmlDeviceGetPowerManagementLimitConstraints": [60000, 70000],
+        "nvmlDeviceGetMemoryInfo": Memory(1032, 15360),
+        "nvmlDeviceGetComputeRunningProcesses": [Proc(5762, 1005, b"python")],
+        "nvmlDeviceGetGraphicsRunningProcesses": [Proc(675, 22, b"/usr/lib/xorg/Xorg")],
+        "names": [Proc(675, 22, b"/usr/lib/xorg/Xorg"), Proc(5762, 1005, b"python")],
+        **clocks((585, 5001), (585, 5001), (1590, 5001)),
     }
 )
 
@@ -314,7 +401,13 @@ def test_nvml_and_nvidia_smi_give_equal_records(
     from_nvml = nvml.local()
     from_xml = parse_nvidia_smi_xml(xml.read_text()).to_json()
     assert from_nvml["source"] == "nvml" and from_xml["source"] == "nvidia-smi"
+    # what NVML said it does not support is NVML's own knowledge (the XML prints N/A): the rest is equal
+    said = from_nvml["gpus"][0].pop("unsupported", [])
+    # nor has NVML a call for the slot's own maximum generation (its max is the lower of GPU and slot)
+    from_xml["gpus"][0].pop("pcie_gen_host_max", None)
     assert without_source(from_nvml) == without_source(from_xml)
+    # the XML's host-side generation has no NVML call; the fields the files leave N/A are NOT_SUPPORTED
+    assert "pcie_gen_host_max" not in said and all(from_xml["gpus"][0].get(f) is None for f in said)
 
 
 def test_a_lost_gpu_is_listed_with_its_error(mocker: MockerFixture) -> None:

@@ -14,12 +14,30 @@ cause is reported once.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import HostError
 from clustercheck.facts.gpu import gpus
+from clustercheck.facts.kernel_log import (
+    NVLINK_XIDS,
+    XID_ACTIONS,
+    XID_CATALOG,
+    Window,
+    XidEvent,
+    XidInfo,
+    bursts,
+    last_stamp,
+    parse_btime,
+    parse_since,
+    parse_uptime,
+    parse_xids,
+    root_cause,
+)
+from clustercheck.facts.kernel_log import kernel_log as kernel_log_fact
 from clustercheck.facts.slurm_conf import (
     CONFIG_DIRS,
     NEEDS,
@@ -30,6 +48,9 @@ from clustercheck.facts.slurm_conf import (
     read_slurm_conf,
 )
 from clustercheck.probes.nvml import CLOCK_REASONS, Gpu, GpuRecord
+
+# re-exported: tests and the other gpu modules import them from here
+__all__ = ["XID_ACTIONS", "XID_CATALOG", "XidEvent", "XidInfo", "kernel_log", "parse_nvidia_version_file", "parse_xids"]
 
 # -- the GPU record ------------------------------------------------------------------------
 
@@ -530,304 +551,10 @@ def throttle(
 
 # -- XID events -----------------------------------------------------------------------------
 
-# NVIDIA's XID catalog ("Analyzing Xid Errors with the Xid Catalog",
-# https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, Resolution Bucket
-# (Immediate Action)) as NVIDIA encodes it for its own health monitor:
-# NVIDIA/NVSentinel:distros/kubernetes/nvsentinel/charts/gpu-health-monitor/xiderrorsmapping.csv
-# @6f8b0fcf (code, mnemonic, immediate action, FATAL/NONFATAL). FATAL ones fail the check;
-# NONFATAL ones (application faults such as 13, 31, 43, 45, 94) are reported, not judged.
-_XID_CATALOG = """\
-1 ROBUST_CHANNEL_FIFO_ERROR_FIFO_METHOD UNEXPECTED_ERR_REPORT_ISSUE F
-2 ROBUST_CHANNEL_FIFO_ERROR_SW_METHOD UNEXPECTED_ERR_REPORT_ISSUE F
-3 ROBUST_CHANNEL_FIFO_ERROR_UNK_METHOD UNEXPECTED_ERR_REPORT_ISSUE F
-4 ROBUST_CHANNEL_FIFO_ERROR_CHANNEL_BUSY UNEXPECTED_ERR_REPORT_ISSUE F
-5 ROBUST_CHANNEL_FIFO_ERROR_RUNOUT_OVERFLOW UNEXPECTED_ERR_REPORT_ISSUE F
-6 ROBUST_CHANNEL_FIFO_ERROR_PARSE_ERR UNEXPECTED_ERR_REPORT_ISSUE F
-7 ROBUST_CHANNEL_FIFO_ERROR_PTE_ERR UNEXPECTED_ERR_REPORT_ISSUE F
-8 ROBUST_CHANNEL_FIFO_ERROR_IDLE_TIMEOUT RESTART_APP N
-9 ROBUST_CHANNEL_GR_ERROR_INSTANCE UNEXPECTED_ERR_REPORT_ISSUE F
-10 ROBUST_CHANNEL_GR_ERROR_SINGLE_STEP UNEXPECTED_ERR_REPORT_ISSUE F
-11 ROBUST_CHANNEL_GR_ERROR_MISSING_HW RESTART_APP N
-12 ROBUST_CHANNEL_GR_ERROR_SW_METHOD UNEXPECTED_ERR_REPORT_ISSUE F
-13 ROBUST_CHANNEL_GR_EXCEPTION RESTART_APP N
-14 ROBUST_CHANNEL_FAKE_ERROR IGNORE N
-15 ROBUST_CHANNEL_SCANLINE_TIMEOUT UNEXPECTED_ERR_REPORT_ISSUE F
-16 ROBUST_CHANNEL_VBLANK_CALLBACK_TIMEOUT UNEXPECTED_ERR_REPORT_ISSUE F
-17 ROBUST_CHANNEL_PARAMETER_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-18 ROBUST_CHANNEL_BUS_MASTER_TIMEOUT_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-19 ROBUST_CHANNEL_DISP_MISSED_NOTIFIER UNEXPECTED_ERR_REPORT_ISSUE F
-20 ROBUST_CHANNEL_MPEG_ERROR_SW_METHOD UNEXPECTED_ERR_REPORT_ISSUE F
-21 ROBUST_CHANNEL_ME_ERROR_SW_METHOD UNEXPECTED_ERR_REPORT_ISSUE F
-22 ROBUST_CHANNEL_VP_ERROR_SW_METHOD UNEXPECTED_ERR_REPORT_ISSUE F
-23 ROBUST_CHANNEL_RC_LOGGING_ENABLED UNEXPECTED_ERR_REPORT_ISSUE F
-24 ROBUST_CHANNEL_GR_SEMAPHORE_TIMEOUT UNEXPECTED_ERR_REPORT_ISSUE F
-25 ROBUST_CHANNEL_GR_ILLEGAL_NOTIFY RESTART_APP N
-26 ROBUST_CHANNEL_FIFO_ERROR_FBISTATE_TIMEOUT UNEXPECTED_ERR_REPORT_ISSUE F
-27 ROBUST_CHANNEL_VP_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-28 ROBUST_CHANNEL_VP2_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-29 ROBUST_CHANNEL_BSP_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-30 ROBUST_CHANNEL_BAD_ADDR_ACCESS UNEXPECTED_ERR_REPORT_ISSUE F
-31 ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT RESTART_APP N
-32 ROBUST_CHANNEL_PBDMA_ERROR RESTART_APP N
-33 ROBUST_CHANNEL_SEC_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-34 ROBUST_CHANNEL_MSVLD_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-35 ROBUST_CHANNEL_MSPDEC_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-36 ROBUST_CHANNEL_MSPPP_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-37 ROBUST_CHANNEL_FECS_ERR_UNIMP_FIRMWARE_METHOD IGNORE N
-38 ROBUST_CHANNEL_FECS_ERR_WATCHDOG_TIMEOUT IGNORE N
-39 ROBUST_CHANNEL_CE0_ERROR RESTART_APP N
-40 ROBUST_CHANNEL_CE1_ERROR RESTART_APP N
-41 ROBUST_CHANNEL_CE2_ERROR RESTART_APP N
-42 ROBUST_CHANNEL_VIC_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-43 ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR IGNORE N
-44 ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW IGNORE N
-45 ROBUST_CHANNEL_PREEMPTIVE_REMOVAL WORKFLOW_XID_45 N
-46 ROBUST_CHANNEL_GPU_TIMEOUT_ERROR RESET_GPU F
-47 ROBUST_CHANNEL_NVENC0_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-48 ROBUST_CHANNEL_GPU_ECC_DBE WORKFLOW_XID_48 F
-49 SILENT_RUNNING_CONSTANT_LEVEL_SET_BY_REGISTRY UNEXPECTED_ERR_REPORT_ISSUE F
-50 SILENT_RUNNING_LEVEL_TRANSITION_DUE_TO_RC_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-51 SILENT_RUNNING_STRESS_TEST_FAILURE UNEXPECTED_ERR_REPORT_ISSUE F
-52 SILENT_RUNNING_LEVEL_TRANS_DUE_TO_TEMP_RISE UNEXPECTED_ERR_REPORT_ISSUE F
-53 SILENT_RUNNING_TEMP_REDUCED_CLOCKING UNEXPECTED_ERR_REPORT_ISSUE F
-54 SILENT_RUNNING_PWR_REDUCED_CLOCKING CHECK_MECHANICALS F
-55 SILENT_RUNNING_TEMPERATURE_READ_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-56 DISPLAY_CHANNEL_EXCEPTION UNEXPECTED_ERR_REPORT_ISSUE F
-57 FB_LINK_TRAINING_FAILURE_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-58 FB_MEMORY_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-59 PMU_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-60 ROBUST_CHANNEL_SEC2_ERROR RESTART_APP N
-61 PMU_BREAKPOINT UNEXPECTED_ERR_REPORT_ISSUE F
-62 PMU_HALT_ERROR RESET_GPU F
-63 INFOROM_DRAM_RETIREMENT_EVENT IGNORE N
-64 INFOROM_DRAM_RETIREMENT_FAILURE RESET_GPU F
-65 ROBUST_CHANNEL_NVENC1_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-66 ROBUST_CHANNEL_FECS_ERR_REG_ACCESS_VIOLATION IGNORE N
-67 ROBUST_CHANNEL_FECS_ERR_VERIF_VIOLATION IGNORE N
-68 ROBUST_CHANNEL_NVDEC0_ERROR RESTART_APP N
-69 ROBUST_CHANNEL_GR_CLASS_ERROR RESTART_APP N
-70 ROBUST_CHANNEL_CE3_ERROR RESTART_APP N
-71 ROBUST_CHANNEL_CE4_ERROR RESTART_APP N
-72 ROBUST_CHANNEL_CE5_ERROR RESTART_APP N
-73 ROBUST_CHANNEL_NVENC2_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-74 NVLINK_ERROR WORKFLOW_NVLINK_ERR F
-75 ROBUST_CHANNEL_CE6_ERROR RESTART_APP N
-76 ROBUST_CHANNEL_CE7_ERROR RESTART_APP N
-77 ROBUST_CHANNEL_CE8_ERROR RESTART_APP N
-78 VGPU_START_ERROR UPDATE_SWFW F
-79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS RESTART_BM F
-80 PBDMA_PUSHBUFFER_CRC_MISMATCH RESTART_APP N
-81 ROBUST_CHANNEL_VGA_SUBSYSTEM_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-82 ROBUST_CHANNEL_NVJPG0_ERROR RESTART_APP N
-83 ROBUST_CHANNEL_NVDEC1_ERROR RESTART_APP N
-84 ROBUST_CHANNEL_NVDEC2_ERROR RESTART_APP N
-85 ROBUST_CHANNEL_CE9_ERROR RESTART_APP N
-86 ROBUST_CHANNEL_OFA0_ERROR RESTART_APP N
-87 NVTELEMETRY_DRIVER_REPORT UNEXPECTED_ERR_REPORT_ISSUE F
-88 ROBUST_CHANNEL_NVDEC3_ERROR RESTART_APP N
-89 ROBUST_CHANNEL_NVDEC4_ERROR RESTART_APP N
-90 LTC_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-91 RESERVED_XID UNEXPECTED_ERR_REPORT_ISSUE F
-92 EXCESSIVE_SBE_INTERRUPTS IGNORE N
-93 INFOROM_ERASE_LIMIT_EXCEEDED IGNORE N
-94 ROBUST_CHANNEL_CONTAINED_ERROR RESTART_APP N
-95 ROBUST_CHANNEL_UNCONTAINED_ERROR RESET_GPU F
-96 ROBUST_CHANNEL_NVDEC5_ERROR RESTART_APP N
-97 ROBUST_CHANNEL_NVDEC6_ERROR RESTART_APP N
-98 ROBUST_CHANNEL_NVDEC7_ERROR RESTART_APP N
-99 ROBUST_CHANNEL_NVJPG1_ERROR RESTART_APP N
-100 ROBUST_CHANNEL_NVJPG2_ERROR RESTART_APP N
-101 ROBUST_CHANNEL_NVJPG3_ERROR RESTART_APP N
-102 ROBUST_CHANNEL_NVJPG4_ERROR RESTART_APP N
-103 ROBUST_CHANNEL_NVJPG5_ERROR RESTART_APP N
-104 ROBUST_CHANNEL_NVJPG6_ERROR RESTART_APP N
-105 ROBUST_CHANNEL_NVJPG7_ERROR RESTART_APP N
-106 SMBPBI_TEST_MESSAGE IGNORE N
-107 SMBPBI_TEST_MESSAGE_SILENT IGNORE N
-108 DESTINATION_FLA_TRANSLATION_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-109 ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR RESET_GPU F
-110 SEC_FAULT_ERROR RESET_GPU F
-111 BUNDLE_ERROR_EVENT UNEXPECTED_ERR_REPORT_ISSUE F
-112 DISP_SUPERVISOR_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-113 DP_LT_FAILURE UNEXPECTED_ERR_REPORT_ISSUE F
-114 HEAD_RG_UNDERFLOW UNEXPECTED_ERR_REPORT_ISSUE F
-115 CORE_CHANNEL_REGS UNEXPECTED_ERR_REPORT_ISSUE F
-116 WINDOW_CHANNEL_REGS UNEXPECTED_ERR_REPORT_ISSUE F
-117 CURSOR_CHANNEL_REGS UNEXPECTED_ERR_REPORT_ISSUE F
-118 HEAD_REGS UNEXPECTED_ERR_REPORT_ISSUE F
-119 GSP_RPC_TIMEOUT RESET_GPU F
-120 GSP_ERROR RESET_GPU F
-121 C2C_ERROR IGNORE N
-122 SPI_PMU_RPC_READ_FAIL UNEXPECTED_ERR_REPORT_ISSUE F
-123 SPI_PMU_RPC_WRITE_FAIL UNEXPECTED_ERR_REPORT_ISSUE F
-124 SPI_PMU_RPC_ERASE_FAIL UNEXPECTED_ERR_REPORT_ISSUE F
-125 INFOROM_FS_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-126 ROBUST_CHANNEL_CE10_ERROR RESTART_APP N
-127 ROBUST_CHANNEL_CE11_ERROR RESTART_APP N
-128 ROBUST_CHANNEL_CE12_ERROR RESTART_APP N
-129 ROBUST_CHANNEL_CE13_ERROR RESTART_APP N
-130 ROBUST_CHANNEL_CE14_ERROR RESTART_APP N
-131 ROBUST_CHANNEL_CE15_ERROR RESTART_APP N
-132 ROBUST_CHANNEL_CE16_ERROR RESTART_APP N
-133 ROBUST_CHANNEL_CE17_ERROR RESTART_APP N
-134 ROBUST_CHANNEL_CE18_ERROR RESTART_APP N
-135 ROBUST_CHANNEL_CE19_ERROR RESTART_APP N
-136 ALI_TRAINING_FAIL RESET_GPU F
-137 NVLINK_FLA_PRIV_ERR IGNORE N
-138 ROBUST_CHANNEL_DLA_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-139 ROBUST_CHANNEL_OFA1_ERROR RESTART_APP N
-140 UNRECOVERABLE_ECC_ERROR_ESCAPE RESET_GPU F
-141 ROBUST_CHANNEL_FAST_PATH_ERROR IGNORE N
-142 ROBUST_CHANNEL_NVENC3_ERROR UNEXPECTED_ERR_REPORT_ISSUE F
-143 GPU_INIT_ERROR RESET_GPU F
-144 NVLINK_SAW_ERROR WORKFLOW_NVLINK5_ERR F
-145 NVLINK_RLW_ERROR WORKFLOW_NVLINK5_ERR F
-146 NVLINK_TLW_ERROR WORKFLOW_NVLINK5_ERR F
-147 NVLINK_TREX_ERROR WORKFLOW_NVLINK5_ERR F
-148 NVLINK_NVLPW_CTRL_ERROR WORKFLOW_NVLINK5_ERR F
-149 NVLINK_NETIR_ERROR WORKFLOW_NVLINK5_ERR F
-150 NVLINK_MSE_ERROR WORKFLOW_NVLINK5_ERR F
-151 ROBUST_CHANNEL_KEY_ROTATION_ERROR RESTART_VM F
-152 ROBUST_CHANNEL_DLA_SMMU_ERROR IGNORE N
-153 ROBUST_CHANNEL_DLA_TIMEOUT IGNORE N
-154 GPU_RECOVERY_ACTION_CHANGED FOLLOW_RECOVERY_ACTION N
-155 NVLINK_SW_DEFINED_ERROR RESET_GPU F
-156 RESOURCE_RETIREMENT_EVENT RESET_GPU F
-157 RESOURCE_RETIREMENT_FAILURE IGNORE N
-158 GPU_FATAL_TIMEOUT RESET_GPU F
-159 ROBUST_CHANNEL_CHI_NON_DATA_ERROR CHECK_UVM N
-160 CHANNEL_RETIREMENT_EVENT RESTART_BM F
-161 CHANNEL_RETIREMENT_FAILURE IGNORE N
-"""
-
-
-@dataclass(frozen=True)
-class XidInfo:
-    xid: int
-    mnemonic: str
-    action: str  # NVIDIA's immediate-action bucket
-    fatal: bool
-
-
-XID_CATALOG: dict[int, XidInfo] = {
-    int(code): XidInfo(int(code), mnemonic, action, flag == "F")
-    for code, mnemonic, action, flag in (line.split() for line in _XID_CATALOG.splitlines())
-}
-
-# What to do, per NVIDIA's immediate-action bucket (same catalog).
-XID_ACTIONS = {
-    "RESTART_BM": "reboot the node (power-cycle if the GPU stays missing)",
-    "RESET_GPU": "drain the node and reset the GPU (`nvidia-smi -r -i N`) or reboot",
-    "RESTART_VM": "restart the VM",
-    "WORKFLOW_XID_48": "drain the node, reset the GPU, then check ECC and row remapping (NVIDIA's XID 48 workflow)",
-    "WORKFLOW_NVLINK_ERR": "drain the node, check `nvidia-smi nvlink -s`, reset the GPU (NVIDIA's NVLink workflow)",
-    "WORKFLOW_NVLINK5_ERR": "drain the node, check the NVLink fabric, reset the GPU (NVIDIA's NVLink5 workflow)",
-    "UNEXPECTED_ERR_REPORT_ISSUE": "drain the node and report it to NVIDIA support (an unexpected XID)",
-    "CHECK_MECHANICALS": "check the chassis power and cooling",
-    "UPDATE_SWFW": "update the driver and firmware",
-    "RESTART_APP": "restart the application",
-    "IGNORE": "none",
-    "WORKFLOW_XID_45": "none (the driver cleaned up after a killed process)",
-    "CHECK_UVM": "check the UVM driver (nvidia_uvm)",
-    "FOLLOW_RECOVERY_ACTION": "follow the recovery action it names",
-}
-
-_XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\): (\d+),?\s*(.*)")
-_FELL_OFF_RE = re.compile(r"NVRM: (?:The NVIDIA GPU |GPU at (?:PCI:)?)([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
-_STAMP_RE = re.compile(r"^\[\s*(\d+\.\d+)\]")
-
-
-@dataclass(frozen=True)
-class XidEvent:
-    xid: int
-    pci: str  # "0000:5d:00": domain:bus:device as the driver prints it (lower case)
-    message: str
-    line: int  # 1-based line in the kernel log
-    uptime_s: float | None  # seconds since boot, from dmesg's [   123.456789] stamp
-
-    @property
-    def info(self) -> XidInfo | None:
-        return XID_CATALOG.get(self.xid)
-
-    @property
-    def fatal(self) -> bool:
-        if self.xid == 154:  # the message names the recovery action the driver now wants
-            return any(w in self.message for w in ("Reset Required", "Reboot Required", "Drain"))
-        return self.info.fatal if self.info else False
-
-    @property
-    def action(self) -> str:
-        if self.xid == 154:
-            # the action is the message's last parenthesis: look only at its tail, without parentheses
-            # inside the group, so a hostile line of many "(" stays linear
-            m = re.search(r"\(([^()]*(?:Required|Drain|None)[^()]*)\)\s*$", self.message[-300:])
-            return m.group(1) if m else "see the message"
-        return XID_ACTIONS.get(self.info.action, self.info.action) if self.info else "look it up in NVIDIA's catalog"
-
-
-def _short_pci(text: str) -> str:
-    domain, bus, device = text.lower().split(":")
-    return f"{int(domain, 16):04x}:{bus}:{device}"
-
-
-def parse_xids(log: str) -> list[XidEvent]:
-    """XID events in a kernel log (dmesg, `journalctl -k`, syslog), in order.
-
-    'NVRM: Xid (PCI:0000:5d:00): 79, pid=..., GPU has fallen off the bus.' -> XID 79. Newer
-    drivers also log a GPU falling off the bus without an Xid line ("NVRM: The NVIDIA GPU
-    0000:b3:00.0 ... has fallen off the bus", NVIDIA/NVSentinel#155, leptonai/gpud#1209):
-    that is reported as XID 79 too, once per GPU.
-    """
-    events: list[XidEvent] = []
-    fell_off: list[XidEvent] = []
-    lines = log.splitlines()
-    for number, line in enumerate(lines, 1):
-        stamp = _STAMP_RE.search(line)
-        uptime = float(stamp.group(1)) if stamp else None
-        m = _XID_RE.search(line)
-        if m:
-            # drop the "pid=..., name=...," prefix newer drivers write before the message
-            message = re.sub(r"^(?:(?:pid|name)=(?:'[^']*'|[^,]*),\s*)+", "", m.group(3).strip())
-            events.append(XidEvent(int(m.group(2)), _short_pci(m.group(1)), message, number, uptime))
-            continue
-        m = _FELL_OFF_RE.search(line)
-        if m and "fallen off the bus" in " ".join(lines[number - 1 : number + 2]):
-            message = "GPU has fallen off the bus (no Xid line)"
-            fell_off.append(XidEvent(79, _short_pci(m.group(1)), message, number, uptime))
-    for event in fell_off:  # once per GPU, and only where no Xid 79 line says it already
-        if not any(e.xid == 79 and e.pci == event.pci for e in events):
-            events.append(event)
-    events.sort(key=lambda e: e.line)
-    return events
-
 
 def kernel_log(host: Host) -> tuple[str, str]:
-    """(kernel log text, the command that gave it): `dmesg`, else `journalctl -k -b`.
-
-    An empty answer is evidence only from a source that was allowed to answer: dmesg exiting
-    0 with nothing (a buffer cleared with `dmesg --clear`) is an empty log; journalctl exiting
-    0 with nothing after dmesg was refused is what a user without the right to read the
-    system journal gets, so that cannot tell (HostError).
-    """
-    result = host.run("dmesg")
-    if result.ok:
-        return result.stdout, "dmesg"
-    # dmesg is refused to non-root users where kernel.dmesg_restrict=1; the journal may not be
-    journal = host.run("journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q")
-    refused = f"`dmesg` {result.describe()}: {result.stderr.strip()[:200] or 'no message'}"
-    if journal.ok and journal.stdout.strip():
-        return journal.stdout, "journalctl -k -b"
-    if journal.ok:
-        raise HostError(
-            host.name,
-            f"cannot tell: {refused}; `journalctl -k -b` printed nothing (a user not allowed to read the system "
-            "journal gets that too): no kernel log was read, so no XID can be ruled out",
-        )
-    raise HostError(
-        host.name,
-        f"cannot tell: cannot read the kernel log: {refused}; "
-        f"`journalctl -k -b` {journal.describe()}: {journal.stderr.strip()[:200]}",
-    )
+    """(kernel log text, the command that gave it): the `kernel_log` fact (facts/kernel_log.py)."""
+    return kernel_log_fact(host)
 
 
 def _boot_id(host: Host) -> str | None:
@@ -839,54 +566,170 @@ def _boot_id(host: Host) -> str | None:
     return value if re.fullmatch(r"[0-9a-f-]{36}", value) else None
 
 
-def _last_stamp(text: str) -> float | None:
-    for line in reversed(text.splitlines()):
-        m = _STAMP_RE.search(line)
-        if m:
-            return float(m.group(1))
-    return None
+def _validate_xid(params: Mapping[str, Any], profiles: tuple[str, ...]) -> list[str]:
+    problems = []
+    try:
+        parse_since(str(params.get("since", "boot")))
+    except ValueError as exc:
+        problems.append(str(exc))
+    for value in params.get("ignore") or ():
+        if not str(value).strip().isdigit():
+            problems.append(f"ignore: {value!r} is not an XID number")
+    for name in ("repeat_threshold", "repeat_fail"):
+        value = params.get(name, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            problems.append(f"{name}: {value!r} is not a count (0 turns it off)")
+    return problems
+
+
+def _time_window(host: Host, kind: str, number: float | None) -> tuple[Window, str]:
+    """The window of a duration or time `since`, from /proc/uptime and /proc/stat's btime."""
+    uptime = parse_uptime(host.read_optional("/proc/uptime") or "")
+    btime = parse_btime(host.read_optional("/proc/stat") or "")
+    if kind == "duration":
+        assert number is not None
+        if uptime is None:
+            raise HostError(host.name, "cannot tell: /proc/uptime gives no uptime, so no time window can be placed")
+        after = uptime - number
+        epoch = btime + after if btime is not None else None
+        return Window(after, epoch), f"the last {_span(number)} (kernel log after {max(after, 0):.0f} s of uptime)"
+    assert number is not None
+    when = datetime.fromtimestamp(number, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if btime is None:
+        return Window(None, number), f"since {when} (lines with ISO times only: /proc/stat gives no boot time)"
+    return Window(number - btime, number), f"since {when} (kernel log after {max(number - btime, 0):.0f} s of uptime)"
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
+
+
+@dataclass(frozen=True)
+class _Group:
+    xid: int
+    pci: str
+    root: int
+    events: tuple[XidEvent, ...]
+    occurrences: int
+
+    @property
+    def first(self) -> XidEvent:
+        return self.events[0]
+
+    @property
+    def root_info(self) -> XidInfo | None:
+        return XID_CATALOG.get(self.root)
+
+
+def _groups(events: list[XidEvent]) -> list[_Group]:
+    """Events grouped by (XID, GPU, root cause), in the order of their first line."""
+    counted = bursts(events)
+    keyed: dict[tuple[int, str, int], list[XidEvent]] = {}
+    for e in events:
+        keyed.setdefault((e.xid, e.pci, root_cause(e, events)), []).append(e)
+    groups = []
+    for (code, pci, root), members in keyed.items():
+        occurrences = bursts(members)[(code, pci)] if root != code else counted[(code, pci)]
+        groups.append(_Group(code, pci, root, tuple(members), occurrences))
+    return groups
+
+
+def _chained_fatal(group: _Group) -> bool:
+    """A chain's first XID is judged by its root: an XID 45 caused by a fatal XID 149 is fatal."""
+    if group.root == group.xid:
+        return group.first.fatal
+    info = group.root_info
+    return info.fatal if info else False
+
+
+def _describe(group: _Group) -> str:
+    first = group.first
+    said = first.message.rstrip(".") or (first.info.mnemonic if first.info else "")
+    known = "" if first.info else ", not in NVIDIA's catalog"
+    times = f" x{len(group.events)}" if len(group.events) > 1 else ""
+    if group.occurrences > 1 and group.occurrences != len(group.events):
+        times += f" in {group.occurrences} occurrences"
+    if group.root != group.xid:
+        info = group.root_info
+        name = f"{info.mnemonic}" if info else "not in NVIDIA's catalog"
+        kind = "an NVLink failure" if group.root in NVLINK_XIDS else "its root cause"
+        action = XID_ACTIONS.get(info.action, info.action) if info else "look it up in NVIDIA's catalog"
+        return (
+            f"XID {group.xid} on GPU {group.pci}{times} caused by previous XID {group.root} ({name}): {kind}, {action}"
+        )
+    return f"XID {group.xid} on GPU {group.pci}{times} ({said[:80]}{known}): {first.action}"
 
 
 @check(
-    needs=["command dmesg", "command journalctl", "file /proc/sys/kernel/random/boot_id"],
+    needs=[
+        "command dmesg",
+        "command journalctl",
+        "file /proc/sys/kernel/random/boot_id",
+        "file /proc/uptime",
+        "file /proc/stat",
+    ],
     timeout=20,
+    validate=_validate_xid,
+    action="RESET_GPU",
 )
-def xid(host: Host, *, ignore: tuple[str, ...] = (), since: str = "boot") -> Result:
-    """The kernel log holds no XID event that NVIDIA classes as fatal (since boot, or since the previous run).
+def xid(
+    host: Host,
+    *,
+    ignore: tuple[str, ...] = (),
+    since: str = "boot",
+    repeat_threshold: int = 3,
+    repeat_fail: int = 0,
+) -> Result:
+    """The kernel log holds no XID event that NVIDIA classes as fatal, no chain ending in one, no repeating fault.
 
     Why: XID events are the NVIDIA driver's error reports. Some mean the GPU needs a reset
     (95 uncontained error, 119/120 GSP errors, 64 row-remap failure), some a reboot (79:
     the GPU fell off the bus) or a cold power-cycle; a node with one of those must not take
-    the next job. Others (13, 31, 43, 45, 94) are application faults and say nothing bad
-    about the node.
+    the next job. Others (13, 31, 43, 45, 94) are application faults and, once, say nothing
+    bad about the node; but an XID 45 "caused by previous Xid 149" is the NVLink failure that
+    killed the job, and the same application fault on the same GPU job after job points at
+    the GPU.
 
     How: reads the kernel log (`dmesg`, or `journalctl -k -b` where dmesg is not
     permitted; nothing read is "cannot tell", never a clean log), finds `NVRM: Xid
     (PCI:...): N` lines (and "fallen off the bus" messages without one), and classifies each
     with NVIDIA's XID catalog (immediate action and fatal/non-fatal, as NVIDIA's NVSentinel
-    encodes it): fatal ones fail, XIDs the catalog does not know warn, the rest are listed in
-    the evidence. `ignore` takes XID numbers to leave out. `since: boot` judges the whole log
-    since boot; `since: previous` (the bundled prolog profile) only what the log gained since
-    this check's previous run in `clustercheck prolog` or `health` (a marker beside the
-    prolog's state file keeps the boot id and the last line's uptime stamp; a new boot, no
-    marker, or a run elsewhere judges the whole boot). `health` does not resume a gpu.xid
-    drain on such a partial look: that waits for a reboot (or an admin's resume).
+    encodes it, through the Blackwell XIDs 144-161; the NVLink5 XIDs 144-150 by the
+    Fatal/Nonfatal word of their line). A line "caused by previous Xid N" is judged by the
+    root of its chain. Fatal ones fail; XIDs the catalog does not know warn; a non-fatal XID
+    seen in `repeat_threshold` or more separate occurrences on one GPU within the window
+    warns (a burst of lines counts once), in `repeat_fail` or more fails (0: never); the
+    rest are listed in the evidence. `ignore` takes XID numbers to leave out.
+    `since` sets the window: `boot` (the whole log since boot); `previous` (the bundled
+    prolog profile) only what the log gained since this check's previous run in `clustercheck
+    prolog` or `health` (a marker beside the prolog's state file keeps the boot id and the
+    last line's uptime stamp; a new boot, no marker, or a run elsewhere judges the whole
+    boot); a duration (`2h`, `30m`, `1d`) or an ISO time (`2025-01-21T02:30:00Z`, UTC without a
+    zone), placed on dmesg's uptime stamps with /proc/uptime and /proc/stat's boot time (lines
+    with ISO stamps by their time; lines without any time are judged whatever the window).
+    `health` does not resume a gpu.xid drain on such a partial look: that waits for a reboot
+    (or an admin's resume).
 
-    Fix: follow the action the summary names (reset the GPU, reboot, power-cycle); an XID
-    that comes back on the same GPU after a reset is a hardware fault: RMA. With `since:
-    boot`, an old event keeps failing the check until a reboot or `dmesg --clear`.
+    Fix: follow the action the summary names (reset the GPU, reboot, power-cycle; for an
+    NVLink root cause check `nvidia-smi nvlink -s` and the fabric); an XID that comes back on
+    the same GPU after a reset is a hardware fault: RMA. A repeating application fault: run
+    `dcgmi diag -r 3` on that GPU before giving it jobs again. With `since: boot`, an old event
+    keeps failing the check until a reboot; `since: 2h` or `previous` lets it age out.
     """
-    if since not in ("boot", "previous"):
-        raise ValueError(f"since: {since!r} is not boot or previous")
-    ignored = set()
-    for value in ignore:
-        if not value.strip().isdigit():
-            raise ValueError(f"ignore: {value!r} is not an XID number")
-        ignored.add(int(value))
+    problems = _validate_xid(
+        {"since": since, "ignore": ignore, "repeat_threshold": repeat_threshold, "repeat_fail": repeat_fail}, ()
+    )
+    if problems:
+        raise ValueError("; ".join(problems))
+    kind, number = parse_since(since)
+    ignored = {int(value) for value in ignore}
     text, source = kernel_log(host)
     events = [e for e in parse_xids(text) if e.xid not in ignored]
-    window, older, marker = "boot", 0, None
-    if since == "previous":
+    window, older, unplaced, marker = "boot", 0, 0, None
+    if kind == "previous":
         from clustercheck import slurm
 
         boot = _boot_id(host)
@@ -896,56 +739,97 @@ def xid(host: Host, *, ignore: tuple[str, ...] = (), since: str = "boot") -> Res
             window = f"since the previous run (kernel log after {after:.0f} s of uptime)"
             kept = [e for e in events if e.uptime_s is None or e.uptime_s > after]
             older, events = len(events) - len(kept), kept
-        last = _last_stamp(text)
+        last = last_stamp(text)
         if boot and last is not None and slurm.marker_folder() is not None:
             marker = {"name": "gpu.xid", "boot_id": boot, "uptime_s": last}
-    span = "since boot" if window == "boot" else "since the previous run"
+    elif kind in ("duration", "time"):
+        bounds, window = _time_window(host, kind, number)
+        placed = [(e, bounds.holds(e)) for e in events]
+        unplaced = sum(1 for _, held in placed if held is None)
+        older = sum(1 for _, held in placed if held is False)
+        events = [e for e, held in placed if held is not False]
+    span = {"boot": "since boot", "previous": "since the previous run"}.get(kind, "in " + window.split(" (")[0])
+    if kind == "previous" and window == "boot":
+        span = "since boot"
     evidence = [f"{len(text.splitlines())} lines of kernel log from `{source}`; judged: {window}"]
     if older:
-        evidence.append(f"{older} XID event(s) from before the previous run, judged then")
+        evidence.append(f"{older} XID event(s) from before the window, not judged")
+    if unplaced:
+        evidence.append(f"{unplaced} XID event(s) on lines without a time the window can use: judged")
     evidence += [
         f"line {e.line}: XID {e.xid} on {e.pci}"
         + (f" at {e.uptime_s:.0f} s" if e.uptime_s is not None else "")
         + f": {e.message[:160]}"
-        for e in events
+        for e in events[:200]
     ]
+    if len(events) > 200:
+        evidence.append(f"... and {len(events) - 200} more XID lines")
+    groups = _groups(events)
+    fatal = [g for g in groups if _chained_fatal(g)]
+    unknown = [g for g in groups if g not in fatal and (g.root_info is None)]
+    repeated = [
+        g
+        for g in groups
+        if g not in fatal and g not in unknown and repeat_threshold and g.occurrences >= repeat_threshold
+    ]
+    too_many = [g for g in repeated if repeat_fail and g.occurrences >= repeat_fail]
     data = {
         "events": [
-            {"xid": e.xid, "pci": e.pci, "line": e.line, "uptime_s": e.uptime_s, "fatal": e.fatal, "action": e.action}
-            for e in events
+            {
+                "xid": e.xid,
+                "pci": e.pci,
+                "line": e.line,
+                "uptime_s": e.uptime_s,
+                "fatal": e.fatal,
+                "action": e.action,
+                **({"caused_by": e.caused_by, "root_cause": root_cause(e, events)} if e.caused_by is not None else {}),
+            }
+            for e in events[:500]
+        ],
+        "occurrences": [
+            {"xid": g.xid, "pci": g.pci, "root_cause": g.root, "occurrences": g.occurrences} for g in groups
         ],
         "source": source,
         "window": window,
         **({"marker": marker} if marker else {}),
     }
-    fatal = [e for e in events if e.fatal]
-    unknown = [e for e in events if e.info is None]
 
-    def describe(group: list[XidEvent]) -> str:
-        seen: dict[tuple[int, str], int] = {}
-        for e in group:
-            seen[(e.xid, e.pci)] = seen.get((e.xid, e.pci), 0) + 1
-        parts = []
-        for (code, pci), times in seen.items():
-            first = next(e for e in group if e.xid == code and e.pci == pci)
-            said = first.message.rstrip(".") or (first.info.mnemonic if first.info else "")
-            known = "" if first.info else ", not in NVIDIA's catalog"
-            count = f" x{times}" if times > 1 else ""
-            parts.append(f"XID {code} on GPU {pci}{count} ({said[:80]}{known}): {first.action}")
-        return "; ".join(parts)
+    def repeats(group: list[_Group]) -> str:
+        return "; ".join(
+            f"XID {g.xid} on GPU {g.pci} in {g.occurrences} separate occurrences {span} "
+            f"({(g.first.message.rstrip('.') or (g.first.info.mnemonic if g.first.info else ''))[:60]})"
+            for g in group
+        )
 
-    if fatal:
+    if fatal or too_many:
+        nvlink = any(g.root in NVLINK_XIDS for g in fatal)
+        lost = any(g.root == 79 for g in fatal)
+        parts = [_describe(g) for g in fatal]
+        if too_many:
+            parts.append(repeats(too_many) + f", at or over repeat_fail {repeat_fail}")
         return fail(
-            describe(fatal),
-            remedy="Drain the node and follow NVIDIA's action for each XID; if the XID returns on the same GPU "
-            "after a reset or reboot, open an RMA.",
+            "; ".join(parts),
+            remedy="Drain the node and follow NVIDIA's action for each XID; "
+            + ("for an NVLink root cause check `nvidia-smi nvlink -s` and the NVSwitch fabric; " if nvlink else "")
+            + "if the XID returns on the same GPU after a reset or reboot, open an RMA.",
+            action="REBOOT" if lost else "RESET_GPU",
             data=data,
             evidence=evidence,
         )
-    if unknown:
+    if unknown or repeated:
+        parts = [_describe(g) for g in unknown]
+        if repeated:
+            parts.append(repeats(repeated) + f", at or over repeat_threshold {repeat_threshold}")
         return warn(
-            describe(unknown),
-            remedy="Look the XID up in NVIDIA's XID catalog (docs.nvidia.com/deploy/xid-errors).",
+            "; ".join(parts),
+            remedy=("Look the XID up in NVIDIA's XID catalog (docs.nvidia.com/deploy/xid-errors). " if unknown else "")
+            + (
+                "The same fault in job after job on one GPU points at the GPU: drain it and run `dcgmi diag -r 3`; "
+                "if the diagnostic passes, look at the application (XID 13/31 are usually its own bugs)."
+                if repeated
+                else ""
+            ),
+            action="INVESTIGATE",
             data=data,
             evidence=evidence,
         )

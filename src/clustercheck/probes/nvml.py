@@ -28,7 +28,7 @@ import re
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 from xml.etree import ElementTree
 
@@ -69,6 +69,19 @@ ARCHITECTURES = {
 
 
 @dataclass(frozen=True)
+class GpuProcess:
+    """A process with a context on a GPU: NVML's running compute (or graphics) processes."""
+
+    pid: int
+    name: str | None = None
+    used_memory_mib: int | None = None
+    type: str | None = None  # "C" compute, "G" graphics, "C+G", as nvidia-smi prints it
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "name": self.name, "used_memory_mib": self.used_memory_mib, "type": self.type}
+
+
+@dataclass(frozen=True)
 class Gpu:
     """One GPU as the record describes it; None = not reported by this GPU or driver."""
 
@@ -98,7 +111,33 @@ class Gpu:
     pcie_width_max: int | None = None
     clocks_event_reasons: tuple[str, ...] | None = None
     temperature_c: int | None = None
+    vbios_version: str | None = None
+    inforom_image: str | None = None  # the InfoROM image version ("G520.0200.00.05")
+    pcie_gen_device_max: int | None = None  # the GPU's own maximum generation
+    pcie_gen_host_max: int | None = None  # the slot's (host side) maximum generation
+    performance_state: str | None = None  # "P0" ... "P12"
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None  # the enforced (current) limit
+    power_limit_default_w: float | None = None
+    power_limit_min_w: float | None = None
+    power_limit_max_w: float | None = None
+    clocks_app_graphics_mhz: int | None = None
+    clocks_app_memory_mhz: int | None = None
+    clocks_default_app_graphics_mhz: int | None = None
+    clocks_default_app_memory_mhz: int | None = None
+    clocks_max_graphics_mhz: int | None = None
+    clocks_max_memory_mhz: int | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+    processes: tuple[GpuProcess, ...] | None = None  # None: not reported; () none running
+    unsupported: tuple[str, ...] | None = None  # fields NVML answered NOT_SUPPORTED for this GPU
     error: str | None = None  # the GPU could not be queried at all (e.g. "GPU is lost")
+
+    def why_missing(self, field: str) -> str:
+        """Why a field is None: 'not supported by this GPU (NVML NOT_SUPPORTED)' or 'not reported'."""
+        if self.unsupported and field in self.unsupported:
+            return "not supported by this GPU (NVML NOT_SUPPORTED)"
+        return "not reported"
 
     @property
     def label(self) -> str:
@@ -108,8 +147,16 @@ class Gpu:
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        if self.clocks_event_reasons is not None:
-            out["clocks_event_reasons"] = list(self.clocks_event_reasons)
+        for name in ("clocks_event_reasons", "unsupported"):
+            if out[name] is not None:
+                out[name] = list(out[name])
+        if self.processes is not None:
+            out["processes"] = [p.to_json() for p in self.processes]
+        # fields added after the first records: left out while unknown, so older records and
+        # golden outputs keep their shape
+        for name in _LATER_FIELDS:
+            if out[name] is None:
+                del out[name]
         return out
 
 
@@ -117,6 +164,8 @@ GPU_FIELDS = tuple(f.name for f in fields(Gpu))
 _BOOL_FIELDS = {f.name for f in fields(Gpu) if f.type == "bool | None"}
 _INT_FIELDS = {f.name for f in fields(Gpu) if f.type in ("int", "int | None")}
 _STR_FIELDS = {f.name for f in fields(Gpu) if f.type == "str | None"}
+_FLOAT_FIELDS = {f.name for f in fields(Gpu) if f.type == "float | None"}
+_LATER_FIELDS = GPU_FIELDS[GPU_FIELDS.index("vbios_version") : GPU_FIELDS.index("error")]
 
 
 @dataclass(frozen=True)
@@ -176,13 +225,33 @@ def _gpu_from_json(position: int, obj: object) -> Gpu:
             or (name in _STR_FIELDS and isinstance(value, str))
         ):
             values[name] = value
-        elif name == "clocks_event_reasons" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        elif name in _FLOAT_FIELDS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            values[name] = float(value)
+        elif name in ("clocks_event_reasons", "unsupported") and isinstance(value, list):
+            if not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{where}.{name} is {value!r}, which is not a list of names")
             values[name] = tuple(value)
+        elif name == "processes" and isinstance(value, list):
+            values[name] = tuple(_process_from_json(f"{where}.processes[{i}]", p) for i, p in enumerate(value))
         else:
             raise ValueError(f"{where}.{name} is {value!r}, which is not a valid value for it")
     if "index" not in values or values["index"] is None:
         raise ValueError(f"{where} has no `index`")
     return Gpu(**values)
+
+
+def _process_from_json(where: str, obj: object) -> GpuProcess:
+    if not isinstance(obj, dict) or set(obj) - {"pid", "name", "used_memory_mib", "type"}:
+        raise ValueError(f"{where} is {obj!r}, not a process (pid, name, used_memory_mib, type)")
+    pid, name, used, kind = (obj.get(k) for k in ("pid", "name", "used_memory_mib", "type"))
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid < 0:
+        raise ValueError(f"{where}.pid is {pid!r}, not a process id")
+    if used is not None and (not isinstance(used, int) or isinstance(used, bool)):
+        raise ValueError(f"{where}.used_memory_mib is {used!r}, not a number of MiB")
+    for label, text in (("name", name), ("type", kind)):
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"{where}.{label} is {text!r}, not a string")
+    return GpuProcess(pid, name, used, kind)
 
 
 def format_cuda_version(encoded: int) -> str:
@@ -211,8 +280,30 @@ def _int(text: str | None) -> int | None:
     """'16x' -> 16, '27 C' -> 27, '4' -> 4; None for anything else."""
     if text is None:
         return None
-    m = re.match(r"^(\d+)\s*(?:x|C|MiB)?$", text)
+    m = re.match(r"^(\d+)\s*(?:x|C|MiB|MHz)?$", text)
     return int(m.group(1)) if m else None
+
+
+def _watts(text: str | None) -> float | None:
+    """'700.00 W' -> 700.0; None for anything else."""
+    if text is None:
+        return None
+    m = re.match(r"^(\d+(?:\.\d+)?)\s*W$", text)
+    return float(m.group(1)) if m else None
+
+
+def _xml_processes(gpu: ElementTree.Element) -> tuple[GpuProcess, ...] | None:
+    block = gpu.find("processes")
+    if block is None:
+        return None
+    found = []
+    for info in block.findall("process_info"):
+        pid = _int(_text(info, "pid"))
+        if pid is not None:
+            found.append(
+                GpuProcess(pid, _text(info, "process_name"), _int(_text(info, "used_memory")), _text(info, "type"))
+            )
+    return tuple(sorted(found, key=lambda p: p.pid))
 
 
 def _flag(text: str | None, yes: str, no: str) -> bool | None:
@@ -277,6 +368,9 @@ def parse_nvidia_smi_xml(text: str) -> GpuRecord:
         link = gpu.find("pci/pci_gpu_link_info")
         pending = _text(retired, "pending_retirement") or _text(retired, "pending_blacklist")
         compute = _text(gpu, "compute_mode")
+        power = gpu.find("gpu_power_readings")  # 535 and later; <power_readings> before
+        if power is None:
+            power = gpu.find("power_readings")
         gpus.append(
             Gpu(
                 index=index,
@@ -305,6 +399,25 @@ def parse_nvidia_smi_xml(text: str) -> GpuRecord:
                 pcie_width_max=_int(_text(link, "link_widths/max_link_width")),
                 clocks_event_reasons=_clock_reasons(gpu),
                 temperature_c=_int(_text(gpu, "temperature/gpu_temp")),
+                vbios_version=_text(gpu, "vbios_version"),
+                inforom_image=_text(gpu, "inforom_version/img_version"),
+                pcie_gen_device_max=_int(_text(link, "pcie_gen/max_device_link_gen")),
+                pcie_gen_host_max=_int(_text(link, "pcie_gen/max_host_link_gen")),
+                performance_state=_text(gpu, "performance_state"),
+                power_draw_w=_watts(_text(power, "power_draw")),
+                power_limit_w=_watts(_text(power, "current_power_limit") or _text(power, "enforced_power_limit")),
+                power_limit_default_w=_watts(_text(power, "default_power_limit")),
+                power_limit_min_w=_watts(_text(power, "min_power_limit")),
+                power_limit_max_w=_watts(_text(power, "max_power_limit")),
+                clocks_app_graphics_mhz=_int(_text(gpu, "applications_clocks/graphics_clock")),
+                clocks_app_memory_mhz=_int(_text(gpu, "applications_clocks/mem_clock")),
+                clocks_default_app_graphics_mhz=_int(_text(gpu, "default_applications_clocks/graphics_clock")),
+                clocks_default_app_memory_mhz=_int(_text(gpu, "default_applications_clocks/mem_clock")),
+                clocks_max_graphics_mhz=_int(_text(gpu, "max_clocks/graphics_clock")),
+                clocks_max_memory_mhz=_int(_text(gpu, "max_clocks/mem_clock")),
+                memory_used_mib=_int(_text(gpu, "fb_memory_usage/used")),
+                memory_total_mib=_int(_text(gpu, "fb_memory_usage/total")),
+                processes=_xml_processes(gpu),
             )
         )
     return GpuRecord(
@@ -401,50 +514,130 @@ def _nvml_gpu(nv: Any, get: Callable[..., Any], index: int) -> Gpu:
     except nv.NVMLError as exc:  # e.g. GPU is lost (fell off the bus)
         return Gpu(index=index, error=str(exc))
 
+    unsupported: list[str] = []
+
+    def ask(field: str, call: Callable[..., Any], *args: Any) -> Any:
+        """The call's value; None when it fails, and the field noted when NVML says NOT_SUPPORTED."""
+        try:
+            return call(*args)
+        except nv.NVMLError as exc:
+            if exc.value == nv.NVML_ERROR_NOT_SUPPORTED and field not in unsupported:
+                unsupported.append(field)
+            return None
+
     def flag(value: Any) -> bool | None:
         return None if value is None else bool(value)
 
-    mig = get(nv.nvmlDeviceGetMigMode, handle) or (None, None)
-    ecc = get(nv.nvmlDeviceGetEccMode, handle) or (None, None)
-    remap = get(nv.nvmlDeviceGetRemappedRows, handle) or (None, None, None, None)
-    sbe = get(nv.nvmlDeviceGetRetiredPages, handle, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-    dbe = get(nv.nvmlDeviceGetRetiredPages, handle, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+    def watts(value: Any) -> float | None:
+        return None if value is None else round(int(value) / 1000, 2)  # NVML gives milliwatts
+
+    mig = ask("mig_current", nv.nvmlDeviceGetMigMode, handle) or (None, None)
+    ecc = ask("ecc_current", nv.nvmlDeviceGetEccMode, handle) or (None, None)
+    remap = ask("remap_pending", nv.nvmlDeviceGetRemappedRows, handle) or (None, None, None, None)
+    sbe = ask(
+        "retired_pages_sbe",
+        nv.nvmlDeviceGetRetiredPages,
+        handle,
+        nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+    )
+    dbe = ask(
+        "retired_pages_dbe", nv.nvmlDeviceGetRetiredPages, handle, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+    )
     reasons = get(nv.nvmlDeviceGetCurrentClocksEventReasons, handle)
     if reasons is None:  # libnvidia-ml before 535 has only the older name (same bits)
-        reasons = get(nv.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
-    compute = get(nv.nvmlDeviceGetComputeMode, handle)
-    arch = get(nv.nvmlDeviceGetArchitecture, handle)
+        reasons = ask("clocks_event_reasons", nv.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+    compute = ask("compute_mode", nv.nvmlDeviceGetComputeMode, handle)
+    arch = ask("architecture", nv.nvmlDeviceGetArchitecture, handle)
+    pstate = ask("performance_state", nv.nvmlDeviceGetPerformanceState, handle)
+    limits = ask("power_limit_min_w", nv.nvmlDeviceGetPowerManagementLimitConstraints, handle) or (None, None)
+    memory = ask("memory_used_mib", nv.nvmlDeviceGetMemoryInfo, handle)
+    vbios = ask("vbios_version", nv.nvmlDeviceGetVbiosVersion, handle)
+    inforom = ask("inforom_image", nv.nvmlDeviceGetInforomImageVersion, handle)
+    graphics, mem = nv.NVML_CLOCK_GRAPHICS, nv.NVML_CLOCK_MEM
     uncorrected = nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
-    return Gpu(
+    gpu = Gpu(
         index=index,
         name=name,
         uuid=uuid,
         pci_bus_id=_pci_bus_id(bus_id),
         architecture=ARCHITECTURES.get(arch) if arch is not None else None,
-        persistence_mode=flag(get(nv.nvmlDeviceGetPersistenceMode, handle)),
+        persistence_mode=flag(ask("persistence_mode", nv.nvmlDeviceGetPersistenceMode, handle)),
         compute_mode=COMPUTE_MODES.get(compute) if compute is not None else None,
         mig_current=flag(mig[0]),
         mig_pending=flag(mig[1]),
         ecc_current=flag(ecc[0]),
         ecc_pending=flag(ecc[1]),
-        ecc_volatile_uncorrected=get(nv.nvmlDeviceGetTotalEccErrors, handle, uncorrected, nv.NVML_VOLATILE_ECC),
-        ecc_aggregate_uncorrected=get(nv.nvmlDeviceGetTotalEccErrors, handle, uncorrected, nv.NVML_AGGREGATE_ECC),
+        ecc_volatile_uncorrected=ask(
+            "ecc_volatile_uncorrected", nv.nvmlDeviceGetTotalEccErrors, handle, uncorrected, nv.NVML_VOLATILE_ECC
+        ),
+        ecc_aggregate_uncorrected=ask(
+            "ecc_aggregate_uncorrected", nv.nvmlDeviceGetTotalEccErrors, handle, uncorrected, nv.NVML_AGGREGATE_ECC
+        ),
         retired_pages_sbe=len(sbe) if sbe is not None else None,
         retired_pages_dbe=len(dbe) if dbe is not None else None,
-        retired_pages_pending=flag(get(nv.nvmlDeviceGetRetiredPagesPendingStatus, handle)),
+        retired_pages_pending=flag(ask("retired_pages_pending", nv.nvmlDeviceGetRetiredPagesPendingStatus, handle)),
         remapped_rows_correctable=remap[0],
         remapped_rows_uncorrectable=remap[1],
         remap_pending=flag(remap[2]),
         remap_failure=flag(remap[3]),
-        pcie_gen_current=get(nv.nvmlDeviceGetCurrPcieLinkGeneration, handle),
-        pcie_gen_max=get(nv.nvmlDeviceGetMaxPcieLinkGeneration, handle),
-        pcie_width_current=get(nv.nvmlDeviceGetCurrPcieLinkWidth, handle),
-        pcie_width_max=get(nv.nvmlDeviceGetMaxPcieLinkWidth, handle),
+        pcie_gen_current=ask("pcie_gen_current", nv.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+        pcie_gen_max=ask("pcie_gen_max", nv.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+        pcie_width_current=ask("pcie_width_current", nv.nvmlDeviceGetCurrPcieLinkWidth, handle),
+        pcie_width_max=ask("pcie_width_max", nv.nvmlDeviceGetMaxPcieLinkWidth, handle),
         clocks_event_reasons=(
             tuple(name for bit, name in CLOCK_REASONS.items() if reasons & bit) if reasons is not None else None
         ),
-        temperature_c=get(nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU),
+        temperature_c=ask("temperature_c", nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU),
+        vbios_version=_decode(vbios) if vbios is not None else None,
+        inforom_image=_decode(inforom) if inforom is not None else None,
+        pcie_gen_device_max=ask("pcie_gen_device_max", nv.nvmlDeviceGetGpuMaxPcieLinkGeneration, handle),
+        performance_state=f"P{int(pstate)}" if pstate is not None and 0 <= int(pstate) <= 15 else None,
+        power_draw_w=watts(ask("power_draw_w", nv.nvmlDeviceGetPowerUsage, handle)),
+        power_limit_w=watts(ask("power_limit_w", nv.nvmlDeviceGetEnforcedPowerLimit, handle)),
+        power_limit_default_w=watts(ask("power_limit_default_w", nv.nvmlDeviceGetPowerManagementDefaultLimit, handle)),
+        power_limit_min_w=watts(limits[0]),
+        power_limit_max_w=watts(limits[1]),
+        clocks_app_graphics_mhz=ask("clocks_app_graphics_mhz", nv.nvmlDeviceGetApplicationsClock, handle, graphics),
+        clocks_app_memory_mhz=ask("clocks_app_memory_mhz", nv.nvmlDeviceGetApplicationsClock, handle, mem),
+        clocks_default_app_graphics_mhz=ask(
+            "clocks_default_app_graphics_mhz", nv.nvmlDeviceGetDefaultApplicationsClock, handle, graphics
+        ),
+        clocks_default_app_memory_mhz=ask(
+            "clocks_default_app_memory_mhz", nv.nvmlDeviceGetDefaultApplicationsClock, handle, mem
+        ),
+        clocks_max_graphics_mhz=ask("clocks_max_graphics_mhz", nv.nvmlDeviceGetMaxClockInfo, handle, graphics),
+        clocks_max_memory_mhz=ask("clocks_max_memory_mhz", nv.nvmlDeviceGetMaxClockInfo, handle, mem),
+        memory_used_mib=int(memory.used) // (1 << 20) if memory is not None else None,
+        memory_total_mib=int(memory.total) // (1 << 20) if memory is not None else None,
+        processes=_nvml_processes(nv, ask, handle),
     )
+    if unsupported:
+        return replace(gpu, unsupported=tuple(unsupported))
+    return gpu
+
+
+def _nvml_processes(nv: Any, ask: Callable[..., Any], handle: Any) -> tuple[GpuProcess, ...] | None:
+    """NVML's running compute and graphics processes (type C, G, or C+G as nvidia-smi lists them), by pid."""
+    compute = ask("processes", nv.nvmlDeviceGetComputeRunningProcesses, handle)
+    if compute is None:
+        return None
+    graphics = ask("processes", nv.nvmlDeviceGetGraphicsRunningProcesses, handle) or []
+    kinds: dict[int, str] = {}
+    used: dict[int, int | None] = {}
+    for kind, running in (("C", compute), ("G", graphics)):
+        for proc in running:
+            pid = int(proc.pid)
+            kinds[pid] = "C+G" if pid in kinds and kinds[pid] != kind else kind
+            memory = getattr(proc, "usedGpuMemory", None)
+            used[pid] = int(memory) // (1 << 20) if memory is not None else used.get(pid)
+    found = []
+    for pid in sorted(kinds):
+        try:
+            name: str | None = _decode(nv.nvmlSystemGetProcessName(pid))
+        except nv.NVMLError:  # gone already, or in another PID namespace
+            name = None
+        found.append(GpuProcess(pid, name, used[pid], kinds[pid]))
+    return tuple(found)
 
 
 register_probe(Probe("nvml", remote=remote, local=local))
