@@ -202,6 +202,7 @@ def parse_q_fabric(text: str) -> list[GpuFabric]:
 # -- nvidia-smi topo -m -------------------------------------------------------------------------------
 
 _DEVICE_RE = re.compile(r"^(GPU|NIC|NV[A-Z]*)\d+$")
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 _NIC_LEGEND_RE = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
 
 
@@ -232,8 +233,9 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
 
     Columns are tab- or space-separated; cells never hold spaces, so a row splits on whitespace,
     its first len(devices) cells are relations and the rest fill the trailing columns (CPU
-    Affinity, NUMA Affinity, GPU NUMA ID) in order. TopoError when no header with GPU0 is found."""
-    lines = text.splitlines()
+    Affinity, NUMA Affinity, GPU NUMA ID) in order; the underline escapes nvidia-smi writes on a
+    terminal are dropped. TopoError when no header with GPU0 is found."""
+    lines = _ANSI_RE.sub("", text).splitlines()
     header_at = -1
     devices: list[str] = []
     trailing: list[str] = []
