@@ -1,0 +1,155 @@
+"""NCCL_DEBUG=INFO logs -> which network NCCL used, GPUDirect RDMA, transport errors, per host.
+
+NCCL prints its transport decisions only into its debug log: a job that silently fell back
+from InfiniBand/RoCE or EFA to TCP sockets runs, just many times slower. This module reads
+such logs (a user's job output: NCCL lines mixed with training output, behind srun, OpenMPI,
+Python-logging, timestamp or CloudWatch prefixes, one file per rank or all ranks in one) and
+says what NCCL chose and why, and whether that is what a training job needs.
+
+Line formats (domain-facts.md §C.1-C.2, NCCL src/debug.cc and the transport sources):
+
+- prefix ``host:pid:tid [dev] NCCL INFO ...``; the bracket is the CUDA device, not the rank;
+  WARN lines put ``file:line`` (newer builds: ``func(args):line``) before ``NCCL WARN``;
+- ``Using network IB|Socket|IBext|Libfabric|AWS Libfabric`` (2.3 and 2.5+), the device lines
+  ``NET/IB : Using [0]mlx5_0:1/IB ... ; OOB ...``, ``NET/Socket : Using [0]eth0:...``,
+  ``NET/OFI Selected provider is efa`` (aws-ofi-nccl);
+- channel lines ``Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA`` (``Ring 00 : ...``
+  before 2.5; the ``[x]`` after a rank is a PCI bus id up to 2.12, the nvml device later;
+  PXN adds ``(proxy)`` after the device; plugins may carry a version: ``NET/IBext_v8/3``);
+- NCCL 2.4 printed ``NET/Socket : Using`` for its *bootstrap* interface (there was no
+  ``Bootstrap :`` line yet), so in 2.4 that line is no fallback.
+
+Speed: the scanner never parses every line. It reads fixed-size blocks and lets the regex
+engine find the few line kinds that decide the verdict (network selection, device lists,
+WARN lines, version, communicator sizes); only those are decoded and parsed, and identical
+lines (every rank prints the same init lines for every communicator) are parsed once.
+Channel lines, the bulk of a large log, are counted by kind in C (``findall`` over short
+captures); they are attributed to their host line by line for the first ``EXACT_CHANNELS`` of
+every input and, beyond that, only when they are the kind that matters per host (network
+channels without GPUDirect RDMA, TCP-socket channels, shared-memory channels). Memory stays
+constant: one block, bounded caches, and per-host state bounded by the number of hosts.
+Large files are cut into stretches at line boundaries and scanned by several processes; the
+raw evidence of each stretch (a `Partial`) is merged back in order, so line numbers hold.
+
+The package: `grammar` (one line -> what it says), `scan` (blocks, stretches, processes ->
+`Partial`), `state` (`Scanner`: the evidence accumulated per host and job), `rules` (the
+verdict: `judge()` and its named rules). Everything a caller needs is importable from here.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+# The sizes that steer the scan, read by scan.py and state.py at each call (set them here).
+#: Bytes read at a time. Small blocks stay in the CPU cache, which matters more than syscalls.
+BLOCK = 1 << 18
+#: The longest line kept; longer ones (1 MB of garbage without a newline) are counted and skipped.
+MAX_LINE = 4 << 20
+#: Channel lines attributed to their host one by one at the start of every input; later ones are
+#: counted, and attributed only when they matter per host (no GPUDirect RDMA, TCP, shared memory).
+EXACT_CHANNELS = 50_000
+#: Files at least this large are scanned in stretches on several processes (`jobs`).
+PARALLEL_MIN = 64 << 20
+
+# ruff: noqa: E402 (the sizes above come first: the modules below read them from this package)
+from clustercheck.analyzers.nccl_log.grammar import (
+    _RARE,
+    _RARE_LEAN,
+    _SEEN_CAP,
+    GARBLED,
+    GREP_PATTERN,
+    MAX_KEPT,
+    MAX_TAIL,
+    NETWORKS,
+    WC_STATUS,
+    LogLine,
+    NetTail,
+    Ref,
+    intra_class,
+    network_kind,
+    parse_net_tail,
+    split_line,
+)
+from clustercheck.analyzers.nccl_log.rules import Finding, LogReport, judge
+from clustercheck.analyzers.nccl_log.scan import (
+    _RECORDS_CAP,
+    Partial,
+    _blocks,
+    _Collector,
+    _scan_range,
+    _scan_stream,
+    default_jobs,
+)
+from clustercheck.analyzers.nccl_log.state import MAX_ERRORS, MAX_HOSTS, Scanner, _Host, _Job
+
+__all__ = [
+    "BLOCK",
+    "EXACT_CHANNELS",
+    "GARBLED",
+    "GREP_PATTERN",
+    "MAX_ERRORS",
+    "MAX_HOSTS",
+    "MAX_KEPT",
+    "MAX_LINE",
+    "MAX_TAIL",
+    "NETWORKS",
+    "PARALLEL_MIN",
+    "WC_STATUS",
+    "_RARE",
+    "_RARE_LEAN",
+    "_RECORDS_CAP",
+    "_SEEN_CAP",
+    "Finding",
+    "LogLine",
+    "LogReport",
+    "NetTail",
+    "Partial",
+    "Ref",
+    "Scanner",
+    "_Collector",
+    "_Host",
+    "_Job",
+    "_blocks",
+    "_scan_range",
+    "_scan_stream",
+    "analyze_paths",
+    "analyze_streams",
+    "analyze_text",
+    "default_jobs",
+    "intra_class",
+    "judge",
+    "network_kind",
+    "parse_net_tail",
+    "split_line",
+]
+
+# -- entry points --------------------------------------------------------------------------------
+
+
+def analyze_streams(
+    streams: Sequence[tuple[str, IO[bytes]]], *, expect: str | None = None, expect_gdr: bool = False
+) -> LogReport:
+    """Scan (name, binary stream) pairs as one job and judge it."""
+    scanner = Scanner()
+    for name, stream in streams:
+        scanner.feed_stream(stream, name)
+    return scanner.report(expect=expect, expect_gdr=expect_gdr)
+
+
+def analyze_paths(
+    paths: Sequence[str | Path], *, expect: str | None = None, expect_gdr: bool = False, jobs: int = 1
+) -> LogReport:
+    """Scan log files (one per rank, or all ranks in one) as one job; OSError for an unreadable file."""
+    scanner = Scanner()
+    for path in paths:
+        scanner.feed_path(str(path), jobs=jobs)
+    return scanner.report(expect=expect, expect_gdr=expect_gdr)
+
+
+def analyze_text(text: str | bytes, name: str = "-", **kwargs: Any) -> LogReport:
+    """Scan a log held in memory (tests, small inputs)."""
+    data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
+    return analyze_streams([(name, io.BytesIO(data))], **kwargs)

@@ -1,0 +1,357 @@
+"""Reading a log: blocks of a file or stream, the few line kinds that matter found by the regex
+engine, channel lines counted in C; a large file in stretches on several processes.
+
+What comes out is a `Partial` per stretch: raw evidence (the lines worth parsing, channel counts,
+first lines), picklable, interpreted and merged in order by state.Scanner. The sizes that steer
+this (BLOCK, MAX_LINE, EXACT_CHANNELS, PARALLEL_MIN) are the package's own attributes, read at
+each call, so a caller (or a test) sets them in one place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import clustercheck.analyzers.nccl_log as knobs
+from clustercheck.analyzers.nccl_log.grammar import (
+    _CHANNEL,
+    _FOREIGN,
+    _HEX,
+    _RARE,
+    _RARE_LEAN,
+    _SEEN_CAP,
+    _VIA,
+    MAX_KEPT,
+    NetTail,
+    _tail_class,
+    split_line,
+)
+
+#: The most lines one stretch keeps for parsing (with _SEEN_CAP, memory stays constant).
+_RECORDS_CAP = 200_000
+
+
+@dataclass
+class Partial:
+    """Raw evidence from one stretch of one input, before interpretation; picklable and mergeable.
+
+    Line numbers are relative to the stretch (its first line is 1); `lines` is how many lines
+    it holds, so the stretches of a file can be scanned apart and put back together in order.
+    """
+
+    name: str
+    lines: int = 0
+    records: list[tuple[int, str]] = field(default_factory=list)  # the few lines worth parsing
+    channels: dict[tuple[str | None, str, bool], list[Any]] = field(default_factory=dict)  # attributed
+    net: dict[tuple[str, bool], list[int]] = field(default_factory=dict)  # (name, gdr) -> [count, line]
+    intra: dict[str, list[int]] = field(default_factory=dict)  # class -> [count, line]
+    tails: dict[str, NetTail] = field(default_factory=dict)
+    pxn: int = 0
+    foreign: dict[str, int] = field(default_factory=dict)
+    overlong: int = 0
+    cut: int = 0  # lines longer than MAX_KEPT, kept only up to it
+    cut_line: int = 0  # the first of them (relative to the stretch)
+
+
+class _Collector:
+    """Scans blocks of one input for the line kinds that matter (see the module docstring)."""
+
+    def __init__(self, name: str, *, exact_channels: int | None = None) -> None:
+        self.out = Partial(name)
+        # channel lines still to attribute one by one
+        self.exact_left = knobs.EXACT_CHANNELS if exact_channels is None else exact_channels
+        self._seen: set[bytes] = set()
+        self._prefixes: dict[bytes, str | None] = {}
+        self._classes: dict[bytes, tuple[str, NetTail | None] | tuple[()]] = {}
+        self._patterns: dict[bytes, re.Pattern[bytes]] = {}
+
+    def feed_block(self, buf: bytes | bytearray, end: int, first_line: int) -> None:
+        """Lines buf[:end] (whole lines); the first is line `first_line` of the stretch."""
+        if buf.find(b"NCCL", 0, end) < 0:
+            return
+        if self.exact_left > 0:
+            self._rare(buf, end, first_line, _RARE)
+            self._foreign(buf, end, first_line)
+            self._channels_exact(buf, end, first_line)
+        else:
+            self._rare(buf, end, first_line, _RARE_LEAN)
+            self._channels_fast(buf, end, first_line)
+
+    def _record(self, buf: bytes | bytearray, start: int, end: int, line: int) -> None:
+        out = self.out
+        if end - start > MAX_KEPT:  # keep the head of an overlong line, and say it was cut
+            end = start + MAX_KEPT
+            out.cut += 1
+            out.cut_line = out.cut_line or line
+        if len(out.records) < _RECORDS_CAP:
+            out.records.append((line, buf[start:end].decode("utf-8", "replace")))
+
+    def _rare(self, buf: bytes | bytearray, end: int, first_line: int, pattern: re.Pattern[bytes]) -> None:
+        rfind, find, count = buf.rfind, buf.find, buf.count
+        seen = self._seen
+        line_no, last_line_start, last_stop = first_line, 0, -1
+        for m in pattern.finditer(buf, 0, end):
+            if m.start() <= last_stop:
+                continue  # a second kind on the same (spliced) line: no rescan of a long line
+            start = rfind(b"\n", 0, m.start()) + 1
+            stop = find(b"\n", m.end(), end)
+            if stop < 0:
+                stop = end
+            last_stop = stop
+            raw = bytes(buf[start:stop])
+            if b"0x" in raw:  # communicator pointers and ids differ; the rest repeats per communicator
+                raw = _HEX.sub(b"", raw)
+            if raw in seen:
+                continue  # every rank prints the same lines, often for every communicator
+            if len(seen) >= _SEEN_CAP:
+                seen.clear()
+            seen.add(raw)
+            line_no += count(b"\n", last_line_start, start)
+            last_line_start = start
+            self._record(buf, start, stop, line_no)
+
+    def _foreign(self, buf: bytes | bytearray, end: int, first_line: int) -> None:
+        if buf.find(b"fi_getinfo", 0, end) < 0 and buf.find(b"libibverbs: Warning", 0, end) < 0:
+            return
+        for m in _FOREIGN.finditer(buf, 0, end):
+            key = "efa_empty" if m.group(0).startswith(b"fi_getinfo") else "ibverbs_driver"
+            if key not in self.out.foreign:
+                self.out.foreign[key] = first_line + buf.count(b"\n", 0, m.start())
+
+    def _classify(self, tail: bytes) -> tuple[str, NetTail | None] | tuple[()]:
+        cls = self._classes.get(tail)
+        if cls is None:
+            cls = _tail_class(tail.decode("utf-8", "replace"))
+            if len(self._classes) > _SEEN_CAP:
+                self._classes.clear()
+            self._classes[tail] = cls
+        return cls
+
+    def _channels_exact(self, buf: bytes | bytearray, end: int, first_line: int) -> None:
+        if buf.find(b" via ", 0, end) < 0:
+            return
+        rfind, find, count = buf.rfind, buf.find, buf.count
+        prefixes = self._prefixes
+        line_no, last_line_start, done = first_line, 0, 0
+        start, stop = 0, -1
+        for m in _CHANNEL.finditer(buf, 0, end):
+            if m.start() > stop:  # a new line (several matches on one spliced line reuse its bounds)
+                start = rfind(b"\n", 0, m.start()) + 1
+                stop = find(b"\n", m.end(), end)
+                if stop < 0:
+                    stop = end
+            line_no += count(b"\n", last_line_start, start)
+            last_line_start = start
+            done += 1
+            # the prefix (host:pid:tid [dev] ) and the tail repeat: take each distinct one apart once
+            prefix = bytes(buf[start : m.start()])
+            host = prefixes.get(prefix, _UNSET)
+            if host is _UNSET:
+                parsed = split_line(buf[start : min(stop, start + MAX_KEPT)].decode("utf-8", "replace"))
+                if parsed is None or parsed.level == "GARBLED":
+                    self._record(buf, start, stop, line_no)  # the judge counts (and salvages) it
+                    continue
+                host = parsed.host
+                if len(prefixes) > _SEEN_CAP:
+                    prefixes.clear()
+                prefixes[prefix] = host
+            cls = self._classify(bytes(buf[m.end() : stop]))  # the text after " via "
+            if cls:
+                self._count(host, cls, line_no, True)
+        self.exact_left -= done
+
+    def _count(self, host: str | None, cls: tuple[str, NetTail | None], line: int, job_counts: bool) -> None:
+        out = self.out
+        name, net = cls
+        key = (host, name, job_counts)
+        entry = out.channels.get(key)
+        if entry is None:
+            out.channels[key] = [1, line]
+            if net is not None:
+                out.tails[name] = net
+        else:
+            entry[0] += 1
+
+    def _channels_fast(self, buf: bytes | bytearray, end: int, first_line: int) -> None:
+        # Network channels: counted by their whole tail (name, device, GPUDirect RDMA).
+        out = self.out
+        attribute: list[bytes] = []
+        counts = Counter(_VIA.findall(buf, 0, end))
+        shm = counts.pop(b"", 0)
+        for raw_tail, n in counts.items():
+            cls = self._classify(b"NET/" + raw_tail)
+            if not cls or cls[1] is None:
+                continue
+            tail = cls[1]
+            key = (tail.name, tail.gdr)
+            entry = out.net.get(key)
+            if entry is None:
+                pos = buf.find(b"via NET/" + raw_tail, 0, end)
+                entry = out.net[key] = [0, first_line + buf.count(b"\n", 0, pos)]
+                out.tails[cls[0]] = tail
+            entry[0] += n
+            if tail.proxy is not None:
+                out.pxn += n
+            if not tail.gdr:
+                attribute.append(raw_tail)
+        if attribute:  # network channels without GPUDirect RDMA: which hosts, exactly
+            # whole tails only: "IB/0" must not match the start of "IB/0/GDRDMA"
+            alternatives = b"|".join(map(re.escape, attribute))
+            self._attribute(buf, end, first_line, rb"via NET/(?:" + alternatives + rb")(?=\n)")
+        # Intra-node channels are the bulk of a log and say the same thing for every communicator:
+        # past the exact start only shared memory (no P2P between local GPUs) is looked for.
+        if shm:
+            self._attribute(buf, end, first_line, rb"via SHM", job_counts=True)
+
+    def _attribute(
+        self, buf: bytes | bytearray, end: int, first_line: int, pattern: bytes, *, job_counts: bool = False
+    ) -> None:
+        """Attribute the channel lines matching `pattern` to their hosts."""
+        compiled = self._patterns.get(pattern)
+        if compiled is None:
+            if len(self._patterns) > 64:
+                self._patterns.clear()
+            compiled = self._patterns[pattern] = re.compile(pattern)
+        rfind, find, count = buf.rfind, buf.find, buf.count
+        prefixes = self._prefixes
+        line_no, last_line_start = first_line, 0
+        start, stop = 0, -1
+        for m in compiled.finditer(buf, 0, end):
+            if m.start() > stop:  # a new line (several matches on one spliced line reuse its bounds)
+                start = rfind(b"\n", 0, m.start()) + 1
+                stop = find(b"\n", m.end(), end)
+                if stop < 0:
+                    stop = end
+            line_no += count(b"\n", last_line_start, start)
+            last_line_start = start
+            marker = find(b"NCCL INFO ", start, m.start())
+            if marker < 0:
+                continue
+            prefix = bytes(buf[start:marker])
+            host = prefixes.get(prefix, _UNSET)
+            if host is _UNSET:
+                parsed = split_line(buf[start : min(stop, start + MAX_KEPT)].decode("utf-8", "replace"))
+                if parsed is None or parsed.level == "GARBLED":
+                    continue
+                host = prefixes[prefix] = parsed.host
+            via = find(b" via ", marker, stop)
+            cls = self._classify(bytes(buf[via + 5 : stop])) if via >= 0 else ()
+            if cls:
+                self._count(host, cls, line_no, job_counts)
+
+
+_UNSET: Any = object()
+
+
+def _scan_stream(stream: IO[bytes], name: str, limit: int | None = None, exact: int | None = None) -> Partial:
+    """Scan a stream (up to `limit` bytes) into a Partial; the first `exact` channel lines (default
+    EXACT_CHANNELS) are attributed to their hosts one by one."""
+    collector = _Collector(name, exact_channels=exact)
+    out = collector.out
+    line = 1
+    for buf, end, n in _blocks(stream, out, limit):
+        collector.feed_block(buf, end, line)
+        line += n
+    out.lines = line - 1
+    return out
+
+
+def _scan_range(task: tuple[str, int, int, bool]) -> Partial:
+    """Worker: the lines that start in [start, end) of a file (a line crossing `end` is read whole)."""
+    path, start, end, first = task
+    with open(path, "rb", buffering=0) as stream:
+        begin = 0 if start == 0 else _next_line_start(stream, start)
+        stop = _next_line_start(stream, end)
+        stream.seek(begin)
+        return _scan_stream(stream, path, max(0, stop - begin), knobs.EXACT_CHANNELS if first else 0)
+
+
+def _next_line_start(stream: IO[bytes], pos: int) -> int:
+    """The offset of the first line that starts at or after `pos` (the file's size at the end)."""
+    stream.seek(pos - 1)
+    while True:
+        data = stream.read(1 << 16)
+        if not data:
+            return stream.tell()
+        nl = data.find(b"\n")
+        if nl >= 0:
+            return stream.tell() - len(data) + nl + 1
+
+
+def _blocks(stream: IO[bytes], out: Partial, limit: int | None = None) -> Iterator[tuple[bytearray, int, int]]:
+    """(buffer, end, lines): buffer[:end] holds whole lines, `lines` of them.
+
+    One buffer is reused (read into, never copied whole): the part of a line cut by a block
+    boundary moves to its front. A line longer than MAX_LINE is counted, skipped, and still
+    numbered as one line.
+    """
+    block, max_line = knobs.BLOCK, knobs.MAX_LINE
+    buf = bytearray(block)
+    keep = 0  # bytes of an unfinished line at the front of buf
+    skipping = False
+    left = limit
+    readinto = getattr(stream, "readinto", None)
+    while True:
+        size = block if left is None else min(block, left)
+        if size <= 0:
+            break
+        if len(buf) < keep + size:
+            buf.extend(bytes(keep + size - len(buf)))
+        if readinto is not None:
+            with memoryview(buf) as view:
+                got = readinto(view[keep : keep + size]) or 0
+        else:
+            data = stream.read(size)
+            got = len(data)
+            buf[keep : keep + got] = data
+        if not got:
+            break
+        if left is not None:
+            left -= got
+        filled = keep + got
+        if skipping:
+            nl = buf.find(b"\n", keep, filled)
+            if nl < 0:
+                continue
+            del buf[: nl + 1]
+            filled -= nl + 1
+            skipping = False
+            yield bytearray(b"\n"), 1, 1  # the skipped line still counts as a line
+        cut = buf.rfind(b"\n", 0, filled) + 1
+        if cut == 0:
+            if filled > max_line:
+                out.overlong += 1
+                keep, skipping = 0, True
+                del buf[block:]
+            else:
+                keep = filled
+            continue
+        yield buf, cut, buf.count(b"\n", 0, cut)
+        keep = filled - cut
+        if keep:
+            buf[:keep] = buf[cut:filled]
+    if skipping:
+        yield bytearray(b"\n"), 1, 1
+    elif keep:
+        buf[keep : keep + 1] = b"\n"
+        yield buf, keep + 1, 1
+
+
+def default_jobs() -> int:
+    """Processes for a large file: the CPUs this process may use, at most 4 (memory stays small)."""
+    import os
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus))
+
+
+def _fork_available() -> bool:
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods()
