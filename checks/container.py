@@ -290,7 +290,7 @@ def judge(
     )
 
 
-@check(needs=["command apptainer", "file /etc/apptainer/apptainer.conf"], timeout=120)
+@check(needs=["command apptainer", "file /etc/apptainer/apptainer.conf"], timeout=120, action="FIX_CONFIG")
 def apptainer_rdma(
     host: Host,
     *,
@@ -323,6 +323,8 @@ def apptainer_rdma(
     add `bind path = /dev/infiniband` (also what `--contain` needs: `--bind /dev/infiniband`);
     install rdma-core's libibverbs and the provider (`libibverbs1 ibverbs-providers`) in the
     image.
+
+    Action: FIX_CONFIG (apptainer.conf, the bind options or the image: the cause names which).
     """
     if not image and not command:
         return skip("no image given: set `image:` to the .sif (or registry reference) jobs run")
@@ -352,7 +354,7 @@ def apptainer_rdma(
     )
 
 
-@check(needs=["command enroot", "file /etc/enroot/enroot.conf", "command ls"], timeout=120)
+@check(needs=["command enroot", "file /etc/enroot/enroot.conf", "command ls"], timeout=120, action="FIX_CONFIG")
 def enroot_rdma(
     host: Host,
     *,
@@ -382,6 +384,8 @@ def enroot_rdma(
     Fix: set `ENROOT_RESTRICT_DEV no` (the default), or keep it and install the standard
     99-mellanox.sh hook in hooks.d with `MELLANOX_VISIBLE_DEVICES=all` in the job (or image)
     environment; install libibverbs and its provider in the image.
+
+    Action: FIX_CONFIG (enroot.conf, its hooks or the image: the cause names which).
     """
     if not image and not command:
         return skip("no image given: set `image:` to the squashfs image (or use `command:` for Pyxis)")

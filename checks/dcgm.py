@@ -4,7 +4,9 @@
 SSH and in record/replay alike) and reads what it printed with clustercheck.facts.dcgm (the
 JSON of DCGM 3.x and 4.x, the text table as a fallback). This module only judges.
 
-Every problem in the result's data carries a machine-readable `action`:
+Every problem in the result's data carries a machine-readable `action`, and a failing or
+warning result carries the action of the problems that decided it (the result's `action`, as
+every check's; REPLACE_HW before RESET_GPU before FIX_CONFIG):
 
 - `REPLACE_HW`: a hardware test (memory, pcie, diagnostic, stress, power, bandwidth, ...) failed
   on a GPU: rerun once after a GPU reset; a second failure is a hardware failure (an RMA case).
@@ -16,7 +18,9 @@ Every problem in the result's data carries a machine-readable `action`:
   ("internal error during the test"), its plugins do not load, or no host engine answers.
 - none (null): the diagnostic did not finish within its budget, or its output cannot be read.
 
-The result's data also has `action`: the action of the problems that decided the status.
+An `error` carries no result action (the runner gives actions to warn and fail only): its
+data's `action` names what the problems that left the GPUs unproven ask for (null for a
+timeout or unreadable output), for a sweep or an admin deciding what to try before a rerun.
 """
 
 from __future__ import annotations
@@ -111,6 +115,7 @@ def validate(params: Mapping[str, Any], profiles: tuple[str, ...]) -> list[str]:
     needs=["command dcgmi (DCGM, with nv-hostengine running)"],
     timeout=max(BUDGET.values()),
     validate=validate,
+    action=REPLACE_HW,
 )
 def diag(host: Host, *, level: int = 1, exclude: tuple[str, ...] = ()) -> Result:
     """DCGM's diagnostic (`dcgmi diag -r LEVEL`) passes every test on every GPU.
@@ -142,6 +147,9 @@ def diag(host: Host, *, level: int = 1, exclude: tuple[str, ...] = ()) -> Result
     that fails again, RESET_GPU (`nvidia-smi -r -i N` once no process uses it), FIX_CONFIG (as
     DCGM's message says; `systemctl enable --now nvidia-dcgm` for the host engine; the
     datacenter-gpu-manager-4-cudaNN package for the driver's CUDA for missing plugins).
+
+    Action: REPLACE_HW (a hardware test failed on a GPU), RESET_GPU (DCGM could not use a GPU),
+    FIX_CONFIG (a deployment test failed or warned); on an `error`, data's `action` says the same.
     """
     budget = BUDGET[level]
     result = run_diag(host, level, budget)
@@ -275,8 +283,9 @@ def judge(
         return fail(
             "; ".join(_said(p) for p in fails) + _also(errors),
             remedy=_remedy(fails),
-            data={**data, "action": _action(fails)},
+            data=data,
             evidence=evidence,
+            action=_action(fails) or "",
         )
     if errors:
         _error(
@@ -298,12 +307,13 @@ def judge(
         return warn(
             "; ".join(_said(p) for p in warns),
             remedy=_remedy(warns),
-            data={**data, "action": _action(warns)},
+            data=data,
             evidence=evidence,
+            action=_action(warns) or "",
         )
     return ok(
         f"level {level}: {len(tests)} tests passed{on} (DCGM {run.version or 'version not shown'})",
-        data={**data, "action": None},
+        data=data,
         evidence=evidence,
     )
 

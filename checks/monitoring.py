@@ -494,6 +494,19 @@ def _remedy(kinds: Iterable[str]) -> str:
     return " ".join(dict.fromkeys(_REMEDIES[k] for k in kinds))
 
 
+#: Problems a restart of the exporter (or its host engine) mends; the others are its configuration.
+_RESTART = frozenset({"down", "timeout", "stale", "empty", "gpu"})
+_CONFIG = frozenset({"connect", "http", "parse", "field", "freshness"})
+
+
+def _action(kinds: Iterable[str]) -> str:
+    """The action of dcgm_exporter's problems (documented in its docstring)."""
+    found = set(kinds)
+    if found & _RESTART:
+        return "RESTART_SERVICE"
+    return "FIX_CONFIG" if found and found <= _CONFIG else "INVESTIGATE"
+
+
 def _fetch_failure(host: Host, url: str, got: Fetched, timeout: float) -> Findings:
     """Findings for a first scrape that got no page, with the exporter's process state."""
     found = Findings(data={"url": url, "tool": got.tool})
@@ -589,6 +602,7 @@ def _check_freshness(
         "command systemctl (only when the exporter is down)",
     ],
     timeout=60,
+    action="RESTART_SERVICE",
 )
 def dcgm_exporter(
     host: Host,
@@ -627,6 +641,10 @@ def dcgm_exporter(
     Fix: start the exporter (`systemctl enable --now nvidia-dcgm-exporter`, or its
     container); for a missing GPU check `dcgmi discovery -l` and the exporter's log; add
     missing fields to its counters CSV (-f); restart an exporter that serves stale values.
+
+    Action: RESTART_SERVICE (the exporter is down, hung, serves stale values, lost a GPU or exports
+    nothing); FIX_CONFIG (a wrong URL or port, an HTTP error, a page that is not metrics, a field
+    not collected, a `fresh_field` it does not export); INVESTIGATE for anything else.
     """
     try:
         check_url(url)  # before anything runs: the profile's url becomes an argument on the node
@@ -638,7 +656,13 @@ def dcgm_exporter(
     got = fetch(host, url, scrape_timeout, 1)
     if got.page is None:
         found = _fetch_failure(host, url, got, scrape_timeout)
-        return fail("; ".join(found.messages), remedy=_remedy(found.problems), data=found.data, evidence=found.evidence)
+        return fail(
+            "; ".join(found.messages),
+            remedy=_remedy(found.problems),
+            data=found.data,
+            evidence=found.evidence,
+            action=_action(found.problems),
+        )
     running = running_process(host, "dcgm-exporter")
     try:
         series = parse_scrape(got.page)
@@ -647,6 +671,7 @@ def dcgm_exporter(
             f"{url} did not return Prometheus metrics: {exc}",
             remedy=_remedy(["parse"]),
             data={"url": url, "tool": got.tool, "bytes": len(got.page)},
+            action=_action(["parse"]),
         )
     found = judge_scrape(series, gpus, fields)
     found.data.update(url=url, tool=got.tool)
@@ -666,7 +691,13 @@ def dcgm_exporter(
             timeout=scrape_timeout,
         )
     if found.problems:
-        return fail("; ".join(found.messages), remedy=_remedy(found.problems), data=found.data, evidence=found.evidence)
+        return fail(
+            "; ".join(found.messages),
+            remedy=_remedy(found.problems),
+            data=found.data,
+            evidence=found.evidence,
+            action=_action(found.problems),
+        )
     mig = found.data["mig_instances"]
     said = f"{len(gpus)} of {len(gpus)} GPUs exported by {url} with {len(fields)} required fields"
     if mig:
@@ -718,6 +749,7 @@ def listeners(text: str, port: int) -> list[str]:
 @check(
     needs=["command ps", "file /proc/net/tcp", "file /proc/net/tcp6", "command systemctl (when not running)"],
     timeout=10,
+    action="RESTART_SERVICE",
 )
 def hostengine(host: Host, *, port: int = 5555) -> Result:
     """The DCGM host engine (nv-hostengine) runs and listens on TCP `port` (default 5555).
@@ -734,6 +766,8 @@ def hostengine(host: Host, *, port: int = 5555) -> Result:
 
     Fix: `systemctl enable --now nvidia-dcgm` (the unit runs `nv-hostengine -n`);
     `journalctl -u nvidia-dcgm` tells why it stopped; check its --port/--bind-interface.
+
+    Action: RESTART_SERVICE (nv-hostengine not running); FIX_CONFIG (it runs but not on `port`).
     """
     running = find_process(processes(host), "nv-hostengine")
     if running is None:
@@ -761,5 +795,6 @@ def hostengine(host: Host, *, port: int = 5555) -> Result:
             "it uses, and give the exporter the same (-r localhost:PORT).",
             data=data,
             evidence=evidence,
+            action="FIX_CONFIG",
         )
     return ok(f"nv-hostengine is running and listening on {', '.join(sockets)}", data=data, evidence=evidence)

@@ -59,7 +59,7 @@ def release_key(release: str) -> tuple[int, ...]:
     return tuple(int(n) for n in re.findall(r"\d+", release.split("+")[0])[:4])
 
 
-@check(needs=["file /proc/sys/kernel/osrelease", "file /proc/sys/kernel/tainted"], timeout=5)
+@check(needs=["file /proc/sys/kernel/osrelease", "file /proc/sys/kernel/tainted"], timeout=5, action="FIX_CONFIG")
 def kernel(
     host: Host,
     *,
@@ -82,6 +82,10 @@ def kernel(
 
     Fix: boot the node into the site's kernel; for a crash taint, read `dmesg`/the BMC's
     event log, fix the cause (hardware or driver) and reboot before releasing the node.
+
+    Action: FIX_CONFIG (a kernel not allowed or too old); REBOOT (an OOPS or soft-lockup taint, D
+    or L); INVESTIGATE (a machine-check or bad-page taint, M or B, which point at hardware, and
+    the warning taint W).
     """
     release = host.read("/proc/sys/kernel/osrelease").strip()
     taints = parse_taint(host.read("/proc/sys/kernel/tainted"))
@@ -108,6 +112,7 @@ def kernel(
             remedy="Read `dmesg` and the BMC event log for the cause, fix it, and reboot before releasing the node.",
             data=data,
             evidence=evidence,
+            action="INVESTIGATE" if any(letter in "MB" for letter, _ in bad) else "REBOOT",
         )
     worrying = [t for t in taints if t[0] in warn_taints]
     if worrying:
@@ -116,6 +121,7 @@ def kernel(
             remedy="Read `dmesg` for the warning's stack trace; it often names a failing driver.",
             data=data,
             evidence=evidence,
+            action="INVESTIGATE",
         )
     return ok(f"kernel {release}, no crash taint", data=data, evidence=evidence)
 
@@ -140,7 +146,7 @@ def meminfo(host: Host) -> dict[str, int]:
     return parse_meminfo(host.read("/proc/meminfo"))
 
 
-@check(needs=["file /proc/meminfo"], timeout=5)
+@check(needs=["file /proc/meminfo"], timeout=5, action="REPLACE_HW")
 def memory(host: Host, *, min_total: Size, min_available: Size = NO_SIZE) -> Result:
     """The node has at least `min_total` of memory, and `min_available` of it free.
 
@@ -153,6 +159,9 @@ def memory(host: Host, *, min_total: Size, min_available: Size = NO_SIZE) -> Res
 
     Fix: check the BMC event log and `dmidecode -t memory` for a missing or failed DIMM;
     for low MemAvailable, look for leftover processes of earlier jobs or a full tmpfs.
+
+    Action: REPLACE_HW (less memory than installed: a failed or mapped-out DIMM); INVESTIGATE
+    (too little available: leftover processes or a full tmpfs).
     """
     info = meminfo(host)
     if "MemTotal" not in info:
@@ -175,6 +184,7 @@ def memory(host: Host, *, min_total: Size, min_available: Size = NO_SIZE) -> Res
             "(`df -t tmpfs`).",
             data=data,
             evidence=evidence,
+            action="INVESTIGATE",
         )
     return ok(f"{human_size(total)} of memory, {human_size(available)} available", data=data, evidence=evidence)
 
@@ -216,7 +226,11 @@ def format_cpu_list(cpus: set[int]) -> str:
     return ",".join(parts)
 
 
-@check(needs=["file /sys/devices/system/cpu/online", "file /sys/devices/system/cpu/present", "command grep"], timeout=5)
+@check(
+    needs=["file /sys/devices/system/cpu/online", "file /sys/devices/system/cpu/present", "command grep"],
+    timeout=5,
+    action="FIX_CONFIG",
+)
 def cpu(host: Host, *, expected: int = 0, governor: str = "") -> Result:
     """Every CPU is online (`expected` of them, when set), with the required frequency governor.
 
@@ -231,6 +245,9 @@ def cpu(host: Host, *, expected: int = 0, governor: str = "") -> Result:
 
     Fix: `echo 1 > /sys/devices/system/cpu/cpuN/online`, check BIOS SMT settings; set the
     governor with `cpupower frequency-set -g performance` (and in the node image).
+
+    Action: FIX_CONFIG (CPUs offline, a count that is not the node's, the wrong governor: BIOS
+    and OS settings).
     """
     lists = {}
     for name in ("online", "present"):
@@ -294,7 +311,7 @@ def cpu(host: Host, *, expected: int = 0, governor: str = "") -> Result:
 # -- services -----------------------------------------------------------------------------
 
 
-@check(needs=["command ps", "command systemctl"], timeout=10)
+@check(needs=["command ps", "command systemctl"], timeout=10, action="RESTART_SERVICE")
 def services(host: Host, *, running: tuple[str, ...] = (), units: tuple[str, ...] = ()) -> Result:
     """The processes in `running` run, and the systemd `units` are active.
 
@@ -307,6 +324,8 @@ def services(host: Host, *, running: tuple[str, ...] = (), units: tuple[str, ...
     and asks `systemctl is-active` for the units.
 
     Fix: `systemctl enable --now UNIT`; read `journalctl -u UNIT` for why it stopped.
+
+    Action: RESTART_SERVICE (the summary names the processes and units).
     """
     if not running and not units:
         return skip("no processes or units required by the profile")
@@ -350,7 +369,7 @@ def parse_modules(text: str) -> set[str]:
     return {line.split()[0] for line in text.splitlines() if line.strip()}
 
 
-@check(needs=["file /proc/modules"], timeout=5)
+@check(needs=["file /proc/modules"], timeout=5, action="FIX_CONFIG")
 def modules(host: Host, *, loaded: tuple[str, ...] = (), absent: tuple[str, ...] = ()) -> Result:
     """The kernel modules in `loaded` are loaded and those in `absent` are not.
 
@@ -361,6 +380,8 @@ def modules(host: Host, *, loaded: tuple[str, ...] = (), absent: tuple[str, ...]
     How: reads /proc/modules (module names use underscores there: nvidia_peermem).
 
     Fix: `modprobe MODULE` and add it to /etc/modules-load.d/; blacklist unwanted ones.
+
+    Action: FIX_CONFIG.
     """
     if not loaded and not absent:
         return skip("no modules required or forbidden by the profile")

@@ -63,6 +63,7 @@ def _findings_result(findings: list[Finding], ok_summary: str, data: dict[str, o
         *TOPOLOGY_NEEDS,
     ],
     timeout=10,
+    action="FIX_CONFIG",
 )
 def topology(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Result:
     """Every node of slurm.conf hangs from one leaf switch, and slurmctld can read the switch tree.
@@ -84,6 +85,8 @@ def topology(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Resul
 
     Fix: edit topology.conf at the line named (generate it from the fabric with
     `clustercheck topology --ibnetdiscover DUMP --generate`), then `scontrol reconfigure`.
+
+    Action: FIX_CONFIG.
     """
     try:
         config_dir, conf = read_slurm_conf(host, config_dirs)
@@ -155,6 +158,7 @@ def topology(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Resul
         *TOPOLOGY_NEEDS,
     ],
     timeout=5,
+    action="INVESTIGATE",
 )
 def placement(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Result:
     """The job's nodes sit under as few leaf switches as their number allows (a hint, never a failure).
@@ -174,6 +178,9 @@ def placement(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Resu
     Fix: submit with `--switches=1@1:00:00` (or the count the warning names) to wait for a
     better placement; admins can make it the default with a job_submit plugin, and should check
     that topology.conf matches the fabric (`clustercheck topology --compare`).
+
+    Action: INVESTIGATE (a placement hint: the node is not at fault); FIX_CONFIG when the
+    topology file cannot be read.
     """
     result = host.run("printenv", "SLURM_JOB_NODELIST")
     value = result.stdout.strip()
@@ -192,7 +199,11 @@ def placement(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS) -> Resu
     try:
         topo = read_topology(host, config_dir)
     except ConfUnreadable as exc:
-        return warn(f"cannot judge placement, the topology is unreadable: {exc}", remedy="See slurm.topology.")
+        return warn(
+            f"cannot judge placement, the topology is unreadable: {exc}",
+            remedy="See slurm.topology.",
+            action="FIX_CONFIG",
+        )
     if topo is None:
         return skip(f"no topology.yaml or topology.conf in {config_dir}: Slurm places jobs without a topology")
     if topo.kind not in ("tree", "block"):
@@ -228,7 +239,7 @@ def _yes(value: str | None) -> bool:
     return (value or "").strip().lower() in ("yes", "true", "1")
 
 
-@check(needs=["file /etc/slurm/cgroup.conf", *NEEDS], timeout=5)
+@check(needs=["file /etc/slurm/cgroup.conf", *NEEDS], timeout=5, action="FIX_CONFIG")
 def cgroup(
     host: Host,
     *,
@@ -250,6 +261,8 @@ def cgroup(
 
     Fix: set `ConstrainDevices=yes` (and the others) in cgroup.conf, `TaskPlugin=task/cgroup,
     task/affinity` in slurm.conf, and restart slurmd on the nodes.
+
+    Action: FIX_CONFIG (cgroup.conf and TaskPlugin, then restart slurmd).
     """
     config_dir, conf = read_slurm_conf(host, config_dirs)
     path = posixpath.join(config_dir, "cgroup.conf")
@@ -315,7 +328,7 @@ def parse_gpu_dirs(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if _PCI_RE.match(line.strip())]
 
 
-@check(needs=[*NEEDS, "file /etc/slurm/gres.conf", "command ls /proc/driver/nvidia/gpus"])
+@check(needs=[*NEEDS, "file /etc/slurm/gres.conf", "command ls /proc/driver/nvidia/gpus"], action="FIX_CONFIG")
 def gres(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS, node_name: str = "") -> Result:
     """The GPU count slurm.conf and gres.conf give this node is the number of GPUs it really has.
 
@@ -334,6 +347,10 @@ def gres(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS, node_name: s
     Fix: a GPU that vanished: look for Xid 79 ("fallen off the bus") in `dmesg`, reseat or
     replace it, then `scontrol update NodeName=... State=RESUME`; a configuration that does not
     match the hardware: correct Gres= in slurm.conf and the File= lines in gres.conf.
+
+    Action: REBOOT when fewer GPUs are bound than configured (a GPU fell off the bus: a reboot
+    brings back one that is not broken; REPLACE_HW if it stays gone); FIX_CONFIG otherwise (the
+    driver not loaded, slurm.conf or gres.conf not matching the hardware).
     """
     config_dir, conf = read_slurm_conf(host, config_dirs)
     name = node_name or host.name.split(".")[0]
@@ -435,6 +452,7 @@ def gres(host: Host, *, config_dirs: tuple[str, ...] = CONFIG_DIRS, node_name: s
             "configuration: correct Gres= in slurm.conf and the File= lines of gres.conf.",
             data=data,
             evidence=evidence,
+            action="REBOOT" if driver and len(present) < configured else "FIX_CONFIG",
         )
     if len(present) > configured:
         return warn(

@@ -28,7 +28,7 @@ from clustercheck.facts.gpu import gpus
 from clustercheck.facts.image import image_facts
 
 
-@check(needs=["probe nvml", "command apptainer or enroot"], timeout=150)
+@check(needs=["probe nvml", "command apptainer or enroot"], timeout=150, action="FIX_CONFIG")
 def cuda_compat(
     host: Host,
     *,
@@ -66,6 +66,8 @@ def cuda_compat(
     Fix: install the driver branch the image needs, or use an image built for a CUDA the
     driver supports (<= the host's CUDA version), or, on data-center GPUs, an image with
     the cuda-compat package for this driver branch.
+
+    Action: FIX_CONFIG (the node's driver or the image: the remedy says which).
     """
     if not (image or rootfs or command or cuda_version):
         return skip("no container image named by the profile (set image:, rootfs:, command: or cuda_version:)")
@@ -120,7 +122,7 @@ def cuda_compat(
     return ok(verdict.summary, data=data, evidence=evidence)
 
 
-@check(needs=["command apptainer or enroot"], timeout=150)
+@check(needs=["command apptainer or enroot"], timeout=150, action="FIX_CONFIG")
 def nccl(
     host: Host,
     *,
@@ -155,6 +157,8 @@ def nccl(
 
     Fix: use an image with a newer NCCL (or install libnccl2 in it); add the site's net
     plugin (e.g. HPC-X's nccl_rdma_sharp_plugin, aws-ofi-nccl) and put it on LD_LIBRARY_PATH.
+
+    Action: FIX_CONFIG (the image's NCCL or net plugin).
     """
     if not (image or rootfs or command or nccl_version):
         return skip("no container image named by the profile (set image:, rootfs:, command: or nccl_version:)")

@@ -85,7 +85,7 @@ def expected_types(types: tuple[str, ...], path: str) -> list[str]:
     return [part for t in chosen for part in t.split("|") if part]
 
 
-@check(needs=["file /proc/mounts", "command stat"], timeout=30)
+@check(needs=["file /proc/mounts", "command stat"], timeout=30, action="FIX_CONFIG")
 def mounts(
     host: Host,
     *,
@@ -119,6 +119,10 @@ def mounts(
     Fix: mount what is missing (/etc/fstab, the automounter); set the options in fstab
     or the automounter map (`rsize=1048576,wsize=1048576,hard`) and remount; for a mount
     that does not answer, check the file server and the network, then `umount -f -l PATH`.
+
+    Action: FIX_CONFIG (a path not mounted, of the wrong type or with the wrong options);
+    INVESTIGATE when a mount does not answer (the file server, the network or this node's client:
+    reboot only once the server is known good).
     """
     if options_status not in ("fail", "warn"):
         raise ValueError(f"options_status must be fail or warn, got {options_status!r}")
@@ -166,7 +170,14 @@ def mounts(
         "file server and network, then `umount -f -l PATH` and remount."
     )
     if problems or (option_problems and options_status == "fail"):
-        return fail("; ".join(problems + option_problems), remedy=remedy, data=data, evidence=evidence)
+        hung = any(" did not answer stat within " in p for p in problems)
+        return fail(
+            "; ".join(problems + option_problems),
+            remedy=remedy,
+            data=data,
+            evidence=evidence,
+            action="INVESTIGATE" if hung else "FIX_CONFIG",
+        )
     if option_problems:
         return warn("; ".join(option_problems), remedy=remedy, data=data, evidence=evidence)
     return ok(
@@ -588,7 +599,7 @@ def threshold(absolute: float, per_gpu: float, gpus: int | None, unit: str) -> t
     return absolute, f"{absolute:g} {unit}"
 
 
-@check(needs=["command python3"], timeout=90)
+@check(needs=["command python3"], timeout=90, action="INVESTIGATE")
 def read_pattern(
     host: Host,
     *,
@@ -647,6 +658,10 @@ def read_pattern(
     Fix: check the client's mount options (`storage.mounts`: rsize/wsize, Lustre stripe
     settings with `lfs getstripe`), the node's storage network links and the file servers'
     load; stage hot datasets to local NVMe; pack small files into shards (WebDataset tars).
+
+    Action: INVESTIGATE (a performance measurement: the result's data has `performance: true`, so
+    `clustercheck sweep` measures again before it drains; slow reads are more often the shared
+    filesystem's than the node's).
     """
     if workers < 0:
         raise ValueError(f"workers must be 0 (one process per reader, up to the node's CPUs) or more, got {workers}")
@@ -721,6 +736,7 @@ def read_pattern(
         "readers": n,
         "gpus": gpus,
         "measured": {k: r[k] for k in ("seq", "rand_4k", "rand_128k", "meta")},
+        "performance": True,  # a measurement: `clustercheck sweep` measures again before it drains
     }
     figures = (
         f"{seq['mb_s']:g} MB/s sequential, {r4['iops']:g} IOPS 4 KiB (p99 {r4['p99_ms']} ms), "
@@ -749,7 +765,7 @@ def parse_seconds(value: str) -> float:
     return float(m.group(1)) * {"s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2) or "s"]
 
 
-@check(needs=["command python3"], timeout=90)
+@check(needs=["command python3"], timeout=90, action="INVESTIGATE")
 def checkpoint_write(
     host: Host,
     *,
@@ -780,6 +796,9 @@ def checkpoint_write(
     Fix: check the checkpoint filesystem's mount options and the node's storage network;
     write checkpoints asynchronously or sharded across all ranks; stage to local NVMe and
     drain to the shared filesystem in the background.
+
+    Action: INVESTIGATE (a performance measurement: data `performance: true`, measured again by
+    `clustercheck sweep` before a drain).
     """
     budget_s = parse_seconds(checkpoint_budget)
     if nodes_in_job < 1:
@@ -810,7 +829,13 @@ def checkpoint_write(
         arithmetic,
         _cleanup_evidence(r),
     ]
-    data = {"gb_s": w["gb_s"], "needed_gb_s": round(need, 4), "projected_s": round(projected, 1), "writers": n}
+    data = {
+        "gb_s": w["gb_s"],
+        "needed_gb_s": round(need, 4),
+        "projected_s": round(projected, 1),
+        "writers": n,
+        "performance": True,  # a measurement: `clustercheck sweep` measures again before it drains
+    }
     if w["gb_s"] < need:
         return fail(
             f"writes {w['gb_s']:g} GB/s, needs {need:.3g} GB/s: {arithmetic}; this node's share "
