@@ -129,7 +129,10 @@ def test_multi_host_table_lists_hosts_by_status_and_groups_problems() -> None:
     assert "ok 1 host: gpu001" in out
     assert "fail 10 hosts: gpu[002-006,008,010-013]" in out
     assert "gpu001 ok" not in out  # no per-host tables in the fleet view (-v shows them)
-    assert re.search(r"fail\s+storage\.mounts\s+gpu003 \(1\)\s+/scratch did not answer stat within 5 s", out)
+    # the action column: a mount that does not answer is INVESTIGATE (storage.mounts' docstring)
+    assert re.search(
+        r"fail\s+storage\.mounts\s+gpu003 \(1\)\s+INVESTIGATE\s+/scratch did not answer stat within 5 s", out
+    )
     assert re.search(r"cpus online\s+2 \(12 hosts\)\s+1 on gpu006", out)
 
 
@@ -217,17 +220,26 @@ def test_different_problems_of_one_check_get_a_row_and_a_hostlist_each(tmp_path:
     assert proc.returncode == 2, proc.stderr
     problems = proc.stdout.split("problems by check")[1]
     assert len(re.findall(r"fail\s+monitoring\.dcgm_exporter", problems)) == 3
-    assert re.search(r"monitoring\.dcgm_exporter\s+gpu202 \(1\)\s+dcgm-exporter is not running", problems)
-    assert re.search(r"monitoring\.dcgm_exporter\s+gpu203 \(1\)\s+GPU 3 \(GPU-d877bae9\.\.\.\) has no series", problems)
-    assert re.search(r"monitoring\.dcgm_exporter\s+gpu204 \(1\)\s+DCGM_FI_DEV_XID_ERRORS absent", problems)
+    # each row with its action: a restart mends a stopped exporter and a lost GPU, not a missing field
+    exporter = r"monitoring\.dcgm_exporter\s+"
+    assert re.search(exporter + r"gpu202 \(1\)\s+RESTART_SERVICE\s+dcgm-exporter is not running", problems)
+    lost = r"gpu203 \(1\)\s+RESTART_SERVICE\s+GPU 3 \(GPU-d877bae9\.\.\.\) has no series"
+    assert re.search(exporter + lost, problems)
+    assert re.search(exporter + r"gpu204 \(1\)\s+FIX_CONFIG\s+DCGM_FI_DEV_XID_ERRORS absent", problems)
     assert "gpu[202-204]" not in problems and "other summaries" not in problems
     # the html page and `report --format json` group the same way
     results = tmp_path / "monitoring.json"
     assert cli("run", *_replay_all("monitoring-*"), "-f", "json", "-o", results).returncode == 2
     groups = json.loads(cli("report", results, "-f", "json").stdout)["fleet"]["groups"]
     assert sorted(g["hosts"] for g in groups) == ["gpu202", "gpu203", "gpu204"]
+    assert {g["hosts"]: g["action"] for g in groups} == {
+        "gpu202": "RESTART_SERVICE",
+        "gpu203": "RESTART_SERVICE",
+        "gpu204": "FIX_CONFIG",
+    }
     page = cli("report", results, "-f", "html").stdout
     assert len(re.findall(r"<td>monitoring\.dcgm_exporter</td><td>gpu20[234]&nbsp;\(1\)</td>", page)) == 3
+    assert '<td>gpu204&nbsp;(1)</td><td><code class="action">FIX_CONFIG</code></td>' in page
 
 
 def _jsonl(path: Path, rows: list[tuple[str, str, str, str]]) -> Path:
@@ -344,3 +356,23 @@ def test_piped_table_honours_columns() -> None:
     )
     assert max(len(line) for line in narrow.stdout.splitlines()) <= 90
     assert max(len(line) for line in _demo_report("table").splitlines()) > 120  # cli() sets COLUMNS=200
+
+
+def test_one_problem_asking_for_different_actions_is_two_rows(tmp_path: Path) -> None:
+    """The same summary with another action is another fix: its own row, its own hostlist; the
+    by-host lines name each problem's action."""
+    rows = [
+        {"host": "n1", "id": "site.gpu", "status": "fail", "summary": "GPU 3 failed", "action": "RESET_GPU"},
+        {"host": "n2", "id": "site.gpu", "status": "fail", "summary": "GPU 5 failed", "action": "RESET_GPU"},
+        {"host": "n3", "id": "site.gpu", "status": "fail", "summary": "GPU 1 failed", "action": "REPLACE_HW"},
+        {"host": "n4", "id": "site.gpu", "status": "ok", "summary": "fine"},
+    ]
+    results = tmp_path / "r.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    groups = json.loads(cli("report", results, "-f", "json").stdout)["fleet"]["groups"]
+    assert sorted((g["hosts"], g["action"]) for g in groups) == [("n3", "REPLACE_HW"), ("n[1-2]", "RESET_GPU")]
+    table = cli("report", results).stdout
+    assert re.search(r"site\.gpu\s+n\[1-2\] \(2\)\s+RESET_GPU\s+GPU \{3,5\} failed", table)
+    assert re.search(r"site\.gpu\s+n3 \(1\)\s+REPLACE_HW\s+GPU 1 failed", table)
+    by_host = cli("report", results, "--by", "host").stdout
+    assert "site.gpu: GPU 1 failed [REPLACE_HW]" in by_host

@@ -69,6 +69,7 @@ def sample_report() -> Report:
                         remedy="watch the counter; reset it with `nvidia-smi -p 0`",
                         duration_s=0.5,
                         data={"gpu": 3, "correctable": 2},
+                        action="INVESTIGATE",
                     ),
                 ),
             ),
@@ -83,6 +84,7 @@ def sample_report() -> Report:
                         remedy="drain the node: scontrol update nodename=gpu-b01 state=drain reason=xid79",
                         duration_s=1.25,
                         data={"xid": [79], "note": "Grüße"},
+                        action="REBOOT",
                     ),
                     CheckResult(
                         "slurm.gres",

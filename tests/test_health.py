@@ -382,7 +382,7 @@ def test_a_dry_run_without_slurmctld_prints_the_checks_and_the_decision(
     for proc, why in zip(dimm, ("command not found", "Unable to contact slurm controller"), strict=True):
         assert proc.returncode == 2, proc.stderr  # a check failed, as the report says
         out = proc.stdout
-        assert "node.memory  │ fail   │ 15.7 GiB of memory, expected at least 20 GiB" in out
+        assert "node.memory  │ fail   │ REPLACE_HW │ 15.7 GiB of memory, expected at least 20 GiB" in out
         assert "n1: its Slurm state could not be read (" in out and why in out
         assert "n1: would drain (1 check(s) failed; if Slurm has n1 up and not drained" in out
         assert "update NodeName=n1 State=DRAIN 'Reason=clustercheck: node.memory: 15.7 GiB" in out

@@ -4,8 +4,9 @@ Pure: it reads a `Report` (one run, or many merged by `clustercheck report`) and
 500 nodes have in common, in a few lines. Every format that shows a fleet (table, html,
 `report --format json`) uses these groupings, so they never disagree.
 
-- groups: one per distinct problem: a check, a bad status (fail, error, warn) and a
-  summary *shape*, with the folded hostlist of the hosts that have it
+- groups: one per distinct problem: a check, a bad status (fail, error, warn), the action it
+  asks for (result.ACTIONS: RESET_GPU, REBOOT, ...; a different action is a different fix, so a
+  different row) and a summary *shape*, with the folded hostlist of the hosts that have it
   (`gpu[003,017-019]`). Different problems of one check are different rows, each with its
   own hosts. Summaries that differ only in their values — numbers, versions, GPU UUIDs,
   PCI addresses — are one problem: "15.2 GiB of memory, expected at least 20 GiB" on one
@@ -16,7 +17,7 @@ Pure: it reads a `Report` (one run, or many merged by `clustercheck report`) and
   two rows);
 - unreachable: hosts that could not be reached, one entry per distinct cause
   (`connection refused (port 22)`), instead of one identical error row per check;
-- hosts: per host, its problems on one line (the `--by host` view);
+- hosts: per host, its problems on one line, each with its action (the `--by host` view);
 - drift: facts that should be the same on every node — what checks put under
   `data["facts"]` (kernel release, driver version, GPU count ...) — with the majority value
   and the hosts that differ, even when each of them passes its own thresholds;
@@ -64,9 +65,10 @@ class Group:
     hosts: tuple[str, ...]
     summary: str  # the summary, with values that differ between hosts as {a,b} or {lo..hi}
     summaries: tuple[tuple[str, int], ...]  # (exact summary, how many hosts), most common first
+    action: str = ""  # one of result.ACTIONS, "" when the results name none (an error)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "check": self.check,
             "status": self.status.value,
             "hosts": fold(self.hosts),
@@ -74,6 +76,9 @@ class Group:
             "summary": self.summary,
             "summaries": [{"summary": s, "hosts": n} for s, n in self.summaries],
         }
+        if self.action:
+            out["action"] = self.action
+        return out
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,7 @@ class HostProblems:
     def line(self) -> str:
         """`gpu.count: 7 GPUs visible, expected 8; gpu.xid: XID 79 ...: reboot the node`."""
         parts = [f"unreachable: {self.unreachable}"] if self.unreachable else []
-        parts += [f"{c.id}: {c.summary}" for c in self.problems]
+        parts += [f"{c.id}: {c.summary}" + (f" [{c.action}]" if c.action else "") for c in self.problems]
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -113,7 +118,15 @@ class HostProblems:
             "host": self.host,
             "status": self.status.value,
             "unreachable": self.unreachable,
-            "problems": [{"check": c.id, "status": c.status.value, "summary": c.summary} for c in self.problems],
+            "problems": [
+                {
+                    "check": c.id,
+                    "status": c.status.value,
+                    "summary": c.summary,
+                    **({"action": c.action} if c.action else {}),
+                }
+                for c in self.problems
+            ],
         }
 
 
@@ -244,19 +257,20 @@ def fold_summaries(summaries: list[str]) -> str:
 
 
 def problem_groups(report: Report) -> list[Group]:
-    """One group per (check, bad status, summary shape), worst and most common first."""
-    grouped: dict[tuple[str, Status, tuple[str, ...]], list[tuple[str, str]]] = defaultdict(list)
+    """One group per (check, bad status, action, summary shape), worst and most common first."""
+    grouped: dict[tuple[str, Status, str, tuple[str, ...]], list[tuple[str, str]]] = defaultdict(list)
     for host in report.hosts:
         for check in host.checks:
             if check.status in _BAD and unreachable_message(check) is None:
-                grouped[(check.id, check.status, _shape(check.summary))].append((host.host, check.summary))
+                key = (check.id, check.status, check.action, _shape(check.summary))
+                grouped[key].append((host.host, check.summary))
     first = {h.host: i for i, h in reversed(list(enumerate(report.hosts)))}
     groups = []
-    for (check_id, status, _), items in grouped.items():
+    for (check_id, status, action, _), items in grouped.items():
         hosts = tuple(dict.fromkeys(h for h, _ in items))
         summaries = [s for _, s in items]
         counted = tuple(Counter(summaries).most_common())
-        groups.append(Group(check_id, status, hosts, fold_summaries(summaries), counted))
+        groups.append(Group(check_id, status, hosts, fold_summaries(summaries), counted, action))
     return sorted(groups, key=lambda g: (_ORDER[g.status], -len(g.hosts), g.check, first[g.hosts[0]]))
 
 

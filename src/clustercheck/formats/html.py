@@ -3,9 +3,9 @@
 What an admin would rather look at than read for 500 nodes: the totals, a nodes x checks
 grid (each cell its status letter on its status colour, with a legend, so it reads without
 colour too; hover for the summary), the hosts that could not be reached by cause, one row
-per distinct problem with its folded hostlist (the same grouping as the table format),
-drift from the majority, stragglers, and each host's details (evidence and remedy) in a
-collapsible section. Every text from checks is HTML-escaped.
+per distinct problem with its folded hostlist and the action it asks for (the same grouping
+as the table format), drift from the majority, stragglers, and each host's details (evidence,
+remedy and action) in a collapsible section. Every text from checks is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TextIO
 
 from clustercheck.analyzers.fleet import summarize
 from clustercheck.hostlist import fold
-from clustercheck.result import Report, Status
+from clustercheck.result import ACTIONS, Report, Status
 
 _COLOURS = {
     Status.OK: "#2e7d32",
@@ -48,6 +48,11 @@ details td:last-child,#groups td:last-child,#unreachable td:last-child,pre{overf
 
 def _badge(status: Status) -> str:
     return f'<span class="st s-{status.value}">{status.value}</span>'
+
+
+def _action(action: str) -> str:
+    """An action as a machine-readable code: `<code class="action">REBOOT</code>` (empty: none)."""
+    return f'<code class="action">{escape(action)}</code>' if action else ""
 
 
 def _table_head(title: str, table_id: str, *columns: str) -> str:
@@ -83,7 +88,7 @@ def render(report: Report, out: TextIO, *, verbose: bool = False) -> None:
             if c is None:
                 w('<td class="cell"></td>')
                 continue
-            tip = escape(f"{check_id}: {c.status.value}: {c.summary}")
+            tip = escape(f"{check_id}: {c.status.value}: {c.summary}" + (f" [{c.action}]" if c.action else ""))
             w(f'<td class="cell s-{c.status.value}" title="{tip}">{LETTERS[c.status]}</td>')
         w("</tr>\n")
     w("</tbody></table>\n")
@@ -96,10 +101,15 @@ def render(report: Report, out: TextIO, *, verbose: bool = False) -> None:
             w(f"<details><summary>each host</summary><pre>{messages}</pre></details></td></tr>\n")
         w("</table>\n")
     if fleet.groups:
-        w(_table_head("Problems by check", "groups", "status", "check", "hosts", "summary"))
+        actions = any(g.action for g in fleet.groups)
+        columns = ("status", "check", "hosts", *(("action",) if actions else ()), "summary")
+        w(_table_head("Problems by check", "groups", *columns))
         for g in fleet.groups:  # one row per distinct problem (analyzers.fleet folds them)
             w(f"<tr><td>{_badge(g.status)}</td><td>{escape(g.check)}</td>")
-            w(f"<td>{escape(fold(g.hosts))}&nbsp;({len(g.hosts)})</td><td>{escape(g.summary)}</td></tr>\n")
+            w(f"<td>{escape(fold(g.hosts))}&nbsp;({len(g.hosts)})</td>")
+            if actions:
+                w(f"<td>{_action(g.action)}</td>")
+            w(f"<td>{escape(g.summary)}</td></tr>\n")
         w("</table>\n")
     if fleet.drift:
         w(_table_head("Drift from the majority", "drift", "fact", "majority", "differing hosts"))
@@ -126,6 +136,8 @@ def render(report: Report, out: TextIO, *, verbose: bool = False) -> None:
                 detail += "<pre>" + escape("\n".join(c.evidence)) + "</pre>"
             if c.remedy:
                 detail += f"<div><b>remedy:</b> {escape(c.remedy)}</div>"
+            if c.action:
+                detail += f"<div><b>action:</b> {_action(c.action)}: {escape(ACTIONS.get(c.action, ''))}</div>"
             w(f"<tr><td>{escape(c.id)}</td><td>{_badge(c.status)}</td><td>{escape(c.summary)}{detail}</td></tr>\n")
         w("</table></details>\n")
     w("</body></html>\n")

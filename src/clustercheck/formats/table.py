@@ -1,8 +1,11 @@
 """The table format: for people at a terminal. One table per host, then a totals line.
 
 Each host's table is titled with the host and its status and lists every check: id,
-status (ok green, warn yellow, fail red, skip dim, error magenta) and summary; with
-verbose, the summary cell also holds the evidence (indented, dim) and the remedy.
+status (ok green, warn yellow, fail red, skip dim, error magenta) and summary, and, when a
+problem row names one, the action it asks for (result.ACTIONS: RESET_GPU, REBOOT, ...); with
+verbose, the summary cell also holds the evidence (indented, dim), the remedy and what the
+action means. Several hosts: the action is a column of the problems by check and is named
+after each problem of the by-host lines.
 
 Colour only when `out` is a terminal (rich decides; FORCE_COLOR, TTY_COMPATIBLE and
 NO_COLOR are honoured). Text from checks is never read as rich markup, and control
@@ -21,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from clustercheck.formats import escape_controls
-from clustercheck.result import CheckResult, HostReport, Report, Status
+from clustercheck.result import ACTIONS, CheckResult, HostReport, Report, Status
 
 __all__ = ["STATUS_STYLES", "render"]
 
@@ -53,6 +56,8 @@ def _details(check: CheckResult) -> RenderableType:
         parts.append(Padding(_text("\n".join(check.evidence), style="dim"), (0, 0, 0, 2)))
     if check.remedy:
         parts.append(Text.assemble(("remedy: ", "bold cyan"), _text(check.remedy)))
+    if check.action:
+        parts.append(Text.assemble(("action: ", "bold cyan"), f"{check.action}: {ACTIONS.get(check.action, '')}"))
     return Group(*parts)
 
 
@@ -64,11 +69,21 @@ def _host_table(host: HostReport, *, verbose: bool, id_width: int) -> Table:
     )
     table.add_column("check", no_wrap=True, min_width=id_width)
     table.add_column("status", no_wrap=True, min_width=5)
+    actions = any(c.action for c in host.checks)
+    if actions:  # only where a problem names one: a healthy host's table keeps its three columns
+        table.add_column("action", no_wrap=True)
     table.add_column("summary", overflow="fold")
     for check in host.checks:
         summary = _details(check) if verbose else _text(check.summary)
-        table.add_row(_text(check.id), _status(check.status), summary)
+        if actions:
+            table.add_row(_text(check.id), _status(check.status), _action(check.action), summary)
+        else:
+            table.add_row(_text(check.id), _status(check.status), summary)
     return table
+
+
+def _action(action: str) -> Text:
+    return Text(action, style="bold cyan")
 
 
 def _count(n: int, status: Status) -> Text:
@@ -208,15 +223,15 @@ def _print_fleet(console: Console, report: Report, *, by: str, verbose: bool) ->
     elif fleet.groups:
         console.print(Text("problems by check", style="bold"))
         table = Table(box=box.SIMPLE_HEAD, highlight=False)
-        for column in ("status", "check", "hosts", "summary"):
-            table.add_column(column, overflow="fold", no_wrap=column == "status")
+        actions = any(g.action for g in fleet.groups)
+        columns = ("status", "check", "hosts", *(("action",) if actions else ()), "summary")
+        for column in columns:
+            table.add_column(column, overflow="fold", no_wrap=column in ("status", "action"))
         for group in fleet.groups:
-            table.add_row(
-                _status(group.status),
-                _text(group.check),
-                _text(f"{fold(group.hosts)} ({len(group.hosts)})"),
-                _text(group.summary),
-            )
+            cells = [_status(group.status), _text(group.check), _text(f"{fold(group.hosts)} ({len(group.hosts)})")]
+            if actions:
+                cells.append(_action(group.action))
+            table.add_row(*cells, _text(group.summary))
         console.print(table)
     if fleet.drift:
         console.print(Text("drift from the majority", style="bold"))
