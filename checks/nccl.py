@@ -328,3 +328,253 @@ def busbw(
         data=data,
         evidence=evidence,
     )
+
+
+# -- nccl.loopback: all_reduce_perf on the node's GPUs, traffic forced through the NICs ------------
+
+#: The environment of each variant. `network`: P2P and SHM off, so every GPU pair's traffic goes
+#: out through a NIC and back (domain-facts §C.3: with SHM disabled "NCCL will use the network");
+#: NVLS off too, as NVLink SHARP would carry it through the NVSwitches. `nvlink`: P2P only over
+#: NVLink (NCCL_P2P_LEVEL=NVL), SHM off and IB off (NCCL_IB_DISABLE=1), so a pair without NVLink
+#: shows up as network (socket) channels instead of passing over PCIe or host memory unseen.
+LOOPBACK_ENV = {
+    "network": ("NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1", "NCCL_NVLS_ENABLE=0"),
+    "nvlink": ("NCCL_P2P_LEVEL=NVL", "NCCL_SHM_DISABLE=1", "NCCL_IB_DISABLE=1"),
+}
+_DEBUG_ENV = ("NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,ENV,NET")
+NCCL_TESTS_PACKAGE = (
+    "nccl-tests (NVIDIA's nccl-tests: `make` in its source against the node's CUDA and NCCL, or the "
+    "image's /usr/local/bin/all_reduce_perf); set the check's `binary` to its path"
+)
+
+
+class LoopbackError(HostError):
+    """nccl.loopback's `error`: carries the remedy and data (with its action) into the result."""
+
+    def __init__(self, summary: str, remedy: str, data: dict[str, Any]) -> None:
+        super().__init__("", summary)
+        self.remedy, self.data, self.evidence = remedy, dict(data), ()
+
+
+def _validate_loopback(params: Any, profiles: tuple[str, ...]) -> list[str]:
+    problems = []
+    if params.get("variant") not in LOOPBACK_ENV:
+        problems.append(f"variant must be network or nvlink, got {params.get('variant')!r}")
+    if params.get("expect") not in ("", "ib", "roce", "ofi"):
+        problems.append(f"expect must be ib, roce, ofi or empty (any RDMA network), got {params.get('expect')!r}")
+    if not params.get("min_busbw", 0) > 0:
+        problems.append(f"min_busbw must be a bus bandwidth above 0 GB/s, got {params.get('min_busbw')!r}")
+    prolog = next((p for p in profiles if "prolog" in p.lower()), None)
+    if prolog is not None:
+        problems.append(
+            "all_reduce_perf takes every GPU and NIC of the node for tens of seconds: not in a prolog profile "
+            f"(this one is or extends {prolog!r}); run it from a profile for nodes out of service (deep)"
+        )
+    return problems
+
+
+def loopback_argv(variant: str, binary: str, gpus: int, min_bytes: str, max_bytes: str, factor: int) -> tuple[str, ...]:
+    """`env VARS... all_reduce_perf -b MIN -e MAX -f FACTOR -g GPUS` (the host API passes no environment)."""
+    sizes = ("-b", min_bytes, "-e", max_bytes, "-f", str(factor), "-g", str(gpus))
+    return ("env", *_DEBUG_ENV, *LOOPBACK_ENV[variant], binary, *sizes)
+
+
+@check(
+    needs=["command env", "command all_reduce_perf", "command nvidia-smi"],
+    timeout=300,
+    validate=_validate_loopback,
+    action="INVESTIGATE",
+)
+def loopback(
+    host: Host,
+    *,
+    min_busbw: float,
+    variant: str = "network",
+    expect: str = "",
+    require_gdr: bool = True,
+    binary: str = "all_reduce_perf",
+    gpus: int = 0,
+    min_bytes: str = "8M",
+    max_bytes: str = "1G",
+    factor: int = 2,
+) -> Result:
+    """all_reduce_perf on the node's GPUs with traffic through the NICs: RDMA, GPUDirect RDMA, no errors, busbw.
+
+    Why: the failure clustercheck exists for - a container that sees the GPUs but not
+    /dev/infiniband, so NCCL silently runs over TCP - is only proven by running NCCL the way jobs
+    run it. With P2P and shared memory disabled, even one node's GPUs talk through its NICs and
+    back, so one node proves its NICs, GPUDirect RDMA and NCCL's network choice (Azure's aznhc
+    runs the same IB-loopback all_reduce).
+
+    How: runs `env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,NET NCCL_P2P_DISABLE=1
+    NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 all_reduce_perf -b MIN -e MAX -f FACTOR -g GPUS`
+    (GPUS: `gpus`, or the count of `nvidia-smi -L`; at least 2; sizes 8M..1G by default, seconds
+    to a minute). NCCL's log is judged by the nccl-log analyzer: TCP sockets (NCCL_IB_DISABLE,
+    no /dev/infiniband or libibverbs in the image) fail, so do a network other than `expect`
+    (ib, roce, ofi), network channels without GPUDirect RDMA (`require_gdr`, default on) and
+    transport errors; a log that shows no network selection or no network channel is an error.
+    The table is read as `clustercheck nccl-tests` does: peak bus bandwidth below `min_busbw`
+    GB/s (per site and SKU: the NICs' line rate, e.g. ~45 GB/s for 8x 400G loopback) fails, as
+    do wrong results. Variant `nvlink`: NCCL_P2P_LEVEL=NVL NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1,
+    every channel must be NVLink P2P (a network channel means a GPU pair without NVLink), and
+    `min_busbw` is the NVLink figure. The budget is the check's `timeout` (300 s), after which
+    all_reduce_perf and its children are killed. Refused in prolog profiles at load time; the tool
+    missing, no table, no NCCL lines and a non-zero exit are errors, never a pass.
+
+    Fix: sockets: expose /dev/infiniband and the verbs libraries to the job's container (the
+    finding names the cause NCCL printed); no GPUDirect RDMA: load nvidia_peermem (or use DMA-BUF);
+    transport errors: the HCA's port counters and cable; low busbw: `rdma.bandwidth` per HCA.
+    """
+    data: dict[str, Any] = {"variant": variant, "action": None}
+    n = gpus
+    if n <= 0:
+        listing = host.run("nvidia-smi", "-L")
+        if listing.exit_code == 127:
+            raise LoopbackError(
+                f"nvidia-smi is not installed on {host.name}: cannot count the GPUs",
+                "install the NVIDIA driver's utilities, or set the check's `gpus`",
+                {**data, "action": "FIX_CONFIG"},
+            )
+        n = sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+    if n < 2:
+        raise LoopbackError(
+            f"{n} GPU(s) on {host.name}: a loopback all_reduce needs at least 2 (one GPU sends nothing)",
+            "set the check's `gpus` to the node's GPU count, or leave nccl.loopback out for one-GPU nodes",
+            data,
+        )
+    argv = loopback_argv(variant, binary, n, min_bytes, max_bytes, factor)
+    run = host.run(*argv, timeout=300)
+    command = shlex.join(argv)
+    data.update({"command": command, "gpus": n, "exit_code": run.exit_code})
+    if run.timed_out:
+        raise LoopbackError(
+            f"`{command}` did not finish within {run.duration_s:.0f} s; it was stopped",
+            "look for a hung NCCL init (a NIC that does not answer) in `clustercheck nccl-log` of a manual run, or "
+            "raise the check's timeout",
+            data,
+        )
+    if run.exit_code == 127 and "NCCL" not in run.stdout:
+        raise LoopbackError(
+            f"{binary} is not installed on {host.name} ({_last_line(run.stderr) or 'not found'})",
+            f"install {NCCL_TESTS_PACKAGE}",
+            {**data, "action": "FIX_CONFIG"},
+        )
+    from clustercheck.analyzers import nccl_tests
+    from clustercheck.analyzers.nccl_log import analyze_text
+
+    log = analyze_text(run.stdout + "\n" + run.stderr, "all_reduce_perf", expect=expect or None, expect_gdr=require_gdr)
+    data["log"] = {
+        k: v
+        for k, v in log.to_json().items()
+        if k in ("nccl_version", "network", "link_layer", "gpudirect_rdma", "net_channels", "intra_node", "error_count")
+    }
+    evidence = [f"NCCL log: {f.status.value}: {f.message}" for f in log.findings]
+    problems = _loopback_problems(log, variant, expect, require_gdr)  # (fail?, message, action)
+    try:
+        parsed = nccl_tests.parse(run.stdout, binary)
+        table = nccl_tests.judge(parsed, min_busbw=min_busbw)
+    except nccl_tests.NotATable:
+        table = None
+    if table is not None:
+        evidence += [f"nccl-tests: {f.status.value}: {f.message}" for f in table.findings]
+        peak = table.peak
+        data["peak_busbw"] = peak.busbw if peak is not None else None
+        data["avg_busbw"] = table.avg_busbw
+        for f in table.findings:
+            if f.status.value == "fail":
+                problems.append((True, f"{f.message} ({n} GPUs, {variant} loopback)", "INVESTIGATE"))
+    fails = [(m, a) for is_fail, m, a in problems if is_fail]
+    errors = [m for is_fail, m, _ in problems if not is_fail]
+    if fails:
+        action = next(a for a in ("FIX_CONFIG", "CHECK_CABLE", "INVESTIGATE") if any(x == a for _, x in fails))
+        return fail(
+            "; ".join(m for m, _ in fails),
+            remedy=_loopback_remedy(log, action),
+            data={**data, "action": action},
+            evidence=evidence,
+            action=action,
+        )
+    if table is None:
+        errors.append(
+            f"`{binary}` exited {run.exit_code} without a result table"
+            + (f": {_last_line(run.stderr or run.stdout)}" if (run.stderr or run.stdout).strip() else "")
+        )
+    if not errors and run.exit_code != 0:
+        errors.append(f"`{binary}` exited {run.exit_code} although its log and table passed")
+    if errors:
+        raise LoopbackError(
+            "cannot tell: " + "; ".join(errors),
+            "run the command on the node by hand and read NCCL's log (`clustercheck nccl-log` on its output)",
+            {**data, "evidence": evidence},
+        )
+    assert table is not None and table.peak is not None
+    what = "over NVLink P2P" if variant == "nvlink" else f"through the NICs ({_headline(log)})"
+    return ok(
+        f"{n} GPUs {what}; peak bus bandwidth {table.peak.busbw:.1f} GB/s (at least {min_busbw:g})",
+        data=data,
+        evidence=evidence,
+    )
+
+
+def _loopback_problems(log: Any, variant: str, expect: str, require_gdr: bool) -> list[tuple[bool, str, str]]:
+    """What the NCCL log shows against the variant: (a failure, else cannot tell), message, action."""
+    out: list[tuple[bool, str, str]] = []
+    if not log.nccl_lines:
+        return [(False, "the output has no NCCL INFO lines (NCCL_DEBUG=INFO was not honoured?)", "")]
+    if log.error_count:
+        first = next((f.message for f in log.findings if "transport error" in f.message), "transport errors")
+        out.append((True, first, "INVESTIGATE"))
+    channels = dict(log.intra_node)
+    if variant == "nvlink":
+        if log.net_channels:
+            out.append(
+                (
+                    True,
+                    f"{log.net_channels} channel(s) went over the network ({log.network or 'NET'}) instead of NVLink: "
+                    "a GPU pair has no NVLink P2P",
+                    "INVESTIGATE",
+                )
+            )
+        off = {k: v for k, v in channels.items() if not k.startswith("P2P")}
+        if off:
+            shown = ", ".join(f"{k} ({v})" for k, v in off.items())
+            out.append((True, f"channels not over NVLink P2P: {shown}", "INVESTIGATE"))
+        if not log.net_channels and not any(k.startswith("P2P") for k in channels):
+            out.append((False, "the log shows no P2P channel lines: cannot tell that NVLink carried the traffic", ""))
+        return out
+    socket = log.network == "socket" or any(h.get("network") == "socket" for h in log.hosts.values())
+    if socket:
+        cause = next((f.message for f in log.findings if f.status.value != "ok" and "socket" in f.message.lower()), "")
+        out.append(
+            (True, "NCCL fell back to TCP sockets: " + (cause or "it selected the Socket network"), "FIX_CONFIG")
+        )
+        return out
+    if log.network is None:
+        out.append((False, "the log shows no network selection ('Using network ...', NET/... lines)", ""))
+        return out
+    for f in log.findings:
+        if f.status.value == "fail" and "transport error" not in f.message:
+            action = "FIX_CONFIG"
+            out.append((True, f.message, action))
+    if not log.net_channels:
+        out.append(
+            (False, "the log shows no network channel ('via NET/...'): cannot tell the traffic left the node", "")
+        )
+    return out
+
+
+def _loopback_remedy(log: Any, action: str) -> str:
+    fixes = [f.remedy for f in log.findings if f.status.value == "fail" and f.remedy]
+    if action == "FIX_CONFIG" and fixes:
+        return str(fixes[0])
+    if action == "FIX_CONFIG":
+        return "expose /dev/infiniband and the verbs libraries to the container, and unset NCCL_IB_DISABLE/NCCL_NET"
+    return (
+        "run rdma.bandwidth to find the HCA port that is slow or failing, check its counters (`perfquery`) and "
+        "cable; for NVLink, `nvidia-smi nvlink -s`"
+    )
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
