@@ -12,7 +12,7 @@ from clustercheck.errors import HostError
 from clustercheck.facts.gpu import gpus
 from clustercheck.facts.nvlink import SxidEvent, nvswitches_in_log, parse_q_fabric, parse_sxids
 
-from . import _usable, kernel_log
+from . import _usable, kernel_log, parse_xids
 
 SYMPTOM = (
     'until the fabric is up CUDA fails at start with "system not yet initialized" '
@@ -111,14 +111,22 @@ def fabric(host: Host, *, ignore_sxid: tuple[str, ...] = ()) -> Result:
         data["fabric_manager"] = state
         if state != "active":
             problems.append(f"nvidia-fabricmanager is {state} on a node with {len(switches)} NVSwitches")
+    groups: dict[str, list[str]] = {}
     for b in attached:
-        where = f"GPU {b.bus_id}" if b.bus_id else "a GPU"
+        where = b.bus_id or "?"
         if (b.state or "").lower() != "completed":
-            problems.append(f"{where}: fabric state {b.state}, expected Completed")
+            groups.setdefault(f"fabric state {b.state}, expected Completed", []).append(where)
         elif (b.status or "").lower() != "success":
-            problems.append(f"{where}: fabric state Completed but status {b.status}, expected Success")
+            groups.setdefault(f"fabric state Completed but status {b.status}, expected Success", []).append(where)
         if b.health and b.health.lower() != "healthy":
-            problems.append(f"{where}: fabric health {b.health}")
+            groups.setdefault(f"fabric health {b.health}", []).append(where)
+    for said, buses in groups.items():
+        who = (
+            f"GPU {buses[0]}"
+            if len(buses) == 1
+            else f"{len(buses)} GPUs ({', '.join(buses[:4])}{' ...' * (len(buses) > 4)})"
+        )
+        problems.append(f"{who}: {said}")
     events = [e for e in parse_sxids(log) if e.sxid not in ignored]
     fatal = [e for e in events if e.severity in ("fatal", "always fatal")]
     other = [e for e in events if e not in fatal]
@@ -129,8 +137,10 @@ def fabric(host: Host, *, ignore_sxid: tuple[str, ...] = ()) -> Result:
         f"line {e.line}: SXid {e.sxid} ({e.severity}) on {e.switch} {e.pci}: {e.message[:120]}" for e in events
     ]
     if fatal:
+        lost = sorted({e.pci for e in parse_xids(log) if e.xid == 79})
+        after = f"; they follow XID 79 on GPU {', '.join(lost)} (fallen off the bus; gpu.xid judges it)" if lost else ""
         return fail(
-            _describe(fatal) + ("; " + "; ".join(problems) if problems else ""),
+            _describe(fatal) + after + ("; " + "; ".join(problems) if problems else ""),
             remedy="Drain the node and reboot it (NVIDIA: a fatal SXid needs all GPUs and NVSwitches reset; an "
             "always-fatal one the whole host); if the SXid returns on the same NVSwitch, open an RMA (baseboard).",
             data=data,
