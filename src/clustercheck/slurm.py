@@ -203,13 +203,15 @@ def sanitize_reason(text: str, limit: int = REASON_LIMIT) -> str:
     return line
 
 
-def drain_reason(failed: Sequence[CheckResult], *, suffix: str = "") -> str:
-    """`clustercheck: <check>: <summary>` for the first failed check (+ how many more)."""
+def drain_reason(failed: Sequence[CheckResult], *, suffix: str = "", with_action: bool = False) -> str:
+    """`clustercheck: <check>: <summary>` for the first failed check (+ how many more); with
+    `with_action`, ` action=<ACTION>` after it when that check names one (result.ACTIONS), so
+    whoever reads `sinfo -R` (or a script) knows what the node asks for."""
     if not failed:
         raise ValueError("a drain reason needs at least one failed check")
     first = failed[0]
     more = f" (+{len(failed) - 1} more failed)" if len(failed) > 1 else ""
-    tail = more + suffix
+    tail = more + (f" action={first.action}" if with_action and first.action else "") + suffix
     head = f"{REASON_PREFIX} {first.id}: "
     summary = sanitize_reason(first.summary, max(10, REASON_LIMIT - len(head) - len(tail)))
     return sanitize_reason(head + summary + tail)
@@ -1156,14 +1158,17 @@ def decide(
     checks: Sequence[CheckResult],
     prolog_state: Mapping[str, Any] | None,
     record: Mapping[str, Any] | None = None,
+    *,
+    with_action: bool = False,
 ) -> Decision:
     """The health decision for one node: pure, so every branch is tested without Slurm.
 
     `record` is what the health record file holds: the reasons clustercheck set on this node.
+    `with_action` puts the failed check's action in a new drain reason (`clustercheck sweep`).
     """
     failed = [c for c in checks if c.status is Status.FAIL]
     errors = [c for c in checks if c.status is Status.ERROR]
-    want = drain_reason(failed) if failed else None
+    want = drain_reason(failed, with_action=with_action) if failed else None
     first = failed[0].id if failed else None
     ids = tuple(c.id for c in failed)
     shown = f"{node.state}" + (f", reason {node.reason!r}" if node.reason else "")
@@ -1302,6 +1307,36 @@ def add_to_record(
     return {"clustercheck": __version__, "mode": "health", "node": node, "drains": drains[-RECORD_KEEP:]}
 
 
+def apply_decision(
+    decision: Decision,
+    node: str,
+    *,
+    record_file: Path,
+    record: Mapping[str, Any] | None,
+    scontrol: str = "scontrol",
+    timeout: float = 10.0,
+    who: str = "health",
+) -> CommandResult | None:
+    """Carry a decision out with scontrol (None: nothing to do). The one drain and resume path of
+    `health` and `sweep`: a drain's reason goes into the record first - a drain clustercheck set
+    but did not record stays (safe), never the other way round - and a record that cannot be
+    written changes nothing (ClusterCheckError)."""
+    argv = decision.argv(node, scontrol)
+    if argv is None:
+        return None
+    if decision.action == "drain":
+        try:
+            entry = add_to_record(record, node, decision.reason or "", decision.check, decision.checks)
+            write_state(record_file, entry)
+        except OSError as exc:
+            raise ClusterCheckError(
+                f"{who} node {node}: would drain ({decision.reason}), but cannot keep its record in "
+                f"{record_file} ({exc.strerror or exc}), without which it could never resume it; "
+                "nothing was changed"
+            ) from exc
+    return _scontrol(argv, timeout)
+
+
 def _scontrol(argv: list[str], timeout: float) -> CommandResult:
     from clustercheck.transports.local import LocalTransport
 
@@ -1388,20 +1423,15 @@ def health(opts: HealthOptions, env: Mapping[str, str] | None = None, out: TextI
         argv = decision.argv(node, opts.scontrol)
         done: CommandResult | None = None
         if argv is not None and not opts.dry_run:
-            if decision.action == "drain":
-                # the record first: a drain clustercheck set but did not record stays (safe), never
-                # the other way round
-                try:
-                    write_state(
-                        record_file, add_to_record(record, node, decision.reason or "", decision.check, decision.checks)
-                    )
-                except OSError as exc:
-                    raise ClusterCheckError(
-                        f"health node {node}: would drain ({decision.reason}), but cannot keep its record in "
-                        f"{record_file} ({exc.strerror or exc}), without which it could never resume it; "
-                        "nothing was changed"
-                    ) from exc
-            done = _scontrol(argv, min(opts.scontrol_timeout, max(0.5, opts.budget - (time.monotonic() - start))))
+            done = apply_decision(
+                decision,
+                node,
+                record_file=record_file,
+                record=record,
+                scontrol=opts.scontrol,
+                timeout=min(opts.scontrol_timeout, max(0.5, opts.budget - (time.monotonic() - start))),
+            )
+            assert done is not None
             if done.ok:
                 verb = "drained" if decision.action == "drain" else "resumed"
                 message = f"health node {node}: {verb}: " + (decision.reason or decision.why)
