@@ -81,7 +81,9 @@ def test_json_shape_is_the_documented_one() -> None:
     gpu002 = report["hosts"]["gpu002"]
     assert gpu002["status"] == "fail"
     memory = next(c for c in gpu002["checks"] if c["id"] == "node.memory")
-    assert set(memory) == {"id", "status", "summary", "evidence", "remedy", "duration_s", "data"}
+    # a fail carries its check's action (result.ACTIONS): node.memory's is REPLACE_HW (a lost DIMM)
+    assert set(memory) == {"id", "status", "summary", "evidence", "remedy", "duration_s", "data", "action"}
+    assert memory["action"] == "REPLACE_HW"
     assert memory["summary"] == "15.6 GiB of memory, expected at least 20 GiB"
     assert "MemTotal: 15.6 GiB" in memory["evidence"]
     assert "read /proc/meminfo (54 lines)" in memory["evidence"]
