@@ -113,7 +113,7 @@ def acs(host: Host, *, root_ports: str = "warn") -> Result:
             if not on:
                 continue
             said = f"{bridge.bdf} ({bridge.port or 'bridge'}, {bridge.description[:60]}) above {kind} {device.bdf}: "
-            said += "+ ".join(on) + "+"
+            said += " ".join(f"{name}+" for name in on)
             if bridge.port in _SWITCH_PORTS or (bridge.port == "Root Port" and mode == "fail"):
                 failures.append(said)
             elif mode == "warn":
@@ -151,5 +151,5 @@ def acs(host: Host, *, root_ports: str = "warn") -> Result:
 def _flags(bridge: PciFunction) -> str:
     if bridge.acs is None:
         return "n/a"
-    on = [name for name, value in bridge.acs.items() if value]
-    return "+".join(on) + "+" if on else "all off"
+    on = [f"{name}+" for name, value in bridge.acs.items() if value]
+    return " ".join(on) if on else "all off"

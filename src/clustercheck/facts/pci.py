@@ -103,7 +103,8 @@ def parse_lspci(text: str) -> PciTree:
                 continue
             domain = m.group(1) or "0000"
             bdf = f"{int(domain, 16):04x}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
-            current = PciFunction(bdf, m.group(5).strip(), m.group(6).strip()[:200], number)
+            described = re.sub(r"\s*\(prog-if [^)]*\)?.*$", "", m.group(6)).strip()
+            current = PciFunction(bdf, m.group(5).strip(), described[:200], number)
             tree.functions.append(current)
             continue
         if current is None:
