@@ -401,6 +401,15 @@ def fast_prolog(argv: Sequence[str]) -> bool:
     return True
 
 
+def fast_nccl_log(argv: Sequence[str]) -> bool:
+    """Run `nccl-log ...` without Typer when every argument is a plain one (commands/nccl.py)."""
+    if not argv or argv[0] != "nccl-log":
+        return False
+    from clustercheck.commands.nccl import fast_nccl_log as run
+
+    return run(list(argv[1:]))
+
+
 # -- the error boundary -------------------------------------------------------------------------
 
 
@@ -446,7 +455,7 @@ def _debug_command() -> str:
 
 
 def _dispatch(args: list[str]) -> None:
-    if fast_local_run(args) or fast_prolog(args):
+    if fast_local_run(args) or fast_prolog(args) or fast_nccl_log(args):
         return
     from clustercheck.app import app
 

@@ -3,21 +3,29 @@
 Host-free: they read files on this machine (or stdin), never a node. Exit codes follow the
 verdict: 0 ok, 1 warn, 2 fail, 64 bad input (a missing or unreadable file, no NCCL lines, no
 nccl-tests table).
+
+The work is done by `run_nccl_log` and `run_nccl_tests`; `register()` wraps them as Typer
+commands. `nccl-log` with plain arguments skips Typer (cli.py's dispatch calls
+`fast_nccl_log`): importing Typer costs more than reading a 10 MB log, and a multi-GB log is
+read in a few seconds, so its start-up shows. The options and their checks are the Typer
+command's; anything else (`--help`, a mistake) goes to Typer, which answers its usual way.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: the Typer commands are defined inside register(),
+# where typer is imported, and Typer reads their annotations as objects.
 
 import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import IO, Annotated, Any
-
-import typer
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 from clustercheck import cli
 from clustercheck.errors import UsageError
 from clustercheck.result import ExitCode
+
+if TYPE_CHECKING:
+    import typer
 
 
 class OutputFormat(str, Enum):
@@ -32,39 +40,107 @@ class Expect(str, Enum):
     socket = "socket"
 
 
-def register(app: typer.Typer) -> None:
+def register(app: "typer.Typer") -> None:
+    import typer
+
+    def nccl_log(
+        files: Annotated[
+            list[str],
+            typer.Argument(
+                help="NCCL_DEBUG=INFO logs (job output, one file per rank or all ranks in one); - reads stdin."
+            ),
+        ],
+        fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] = OutputFormat.table,
+        expect: Annotated[
+            Expect | None,
+            typer.Option(
+                "--expect",
+                help="The network inter-node traffic must use: ib (IB verbs over InfiniBand or RoCE), roce, "
+                "ofi (aws-ofi-nccl/EFA) or socket. Anything else fails.",
+            ),
+        ] = None,
+        expect_gdr: Annotated[
+            bool, typer.Option("--expect-gdr", help="Fail (not warn) when inter-node channels lack GPUDirect RDMA.")
+        ] = False,
+        jobs: Annotated[
+            int | None,
+            typer.Option("--jobs", "-j", min=1, help="Processes for a large file (default: up to 4, by the CPUs)."),
+        ] = None,
+    ) -> None:
+        """Which network NCCL used (and why), GPUDirect RDMA, and transport errors, from NCCL_DEBUG=INFO logs.
+
+        Inter-node traffic over TCP sockets (a fallback from InfiniBand/RoCE/EFA, or where --expect
+        asks for RDMA) fails, as do transport errors; network channels without GPUDirect RDMA warn
+        (fail with --expect-gdr). Exit 0 ok, 1 warn, 2 fail, 64 bad input.
+        """
+        run_nccl_log(files, fmt, expect, expect_gdr, jobs)
+
+    def nccl_tests(
+        file: Annotated[str, typer.Argument(help="nccl-tests output (all_reduce_perf and friends); - reads stdin.")],
+        min_busbw: Annotated[
+            float | None,
+            typer.Option("--min-busbw", min=0, help="Fail when the peak bus bandwidth is below this many GB/s."),
+        ] = None,
+        min_avg_busbw: Annotated[
+            float | None,
+            typer.Option("--min-avg-busbw", min=0, help="Fail when 'Avg bus bandwidth' is below this many GB/s."),
+        ] = None,
+        fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] = OutputFormat.table,
+    ) -> None:
+        """Read an nccl-tests result table: size -> algbw/busbw, Avg bus bandwidth, wrong results.
+
+        The judged figure is the peak bus bandwidth (best of out-of-place and in-place over all
+        sizes); wrong results or out-of-bounds values fail. Exit 0 ok, 1 warn, 2 fail, 64 bad input.
+        """
+        run_nccl_tests(file, min_busbw, min_avg_busbw, fmt)
+
     app.command("nccl-log")(nccl_log)
     app.command("nccl-tests")(nccl_tests)
 
 
-def nccl_log(
-    files: Annotated[
-        list[str],
-        typer.Argument(help="NCCL_DEBUG=INFO logs (job output, one file per rank or all ranks in one); - reads stdin."),
-    ],
-    fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] = OutputFormat.table,
-    expect: Annotated[
-        Expect | None,
-        typer.Option(
-            "--expect",
-            help="The network inter-node traffic must use: ib (IB verbs over InfiniBand or RoCE), roce, "
-            "ofi (aws-ofi-nccl/EFA) or socket. Anything else fails.",
-        ),
-    ] = None,
-    expect_gdr: Annotated[
-        bool, typer.Option("--expect-gdr", help="Fail (not warn) when inter-node channels lack GPUDirect RDMA.")
-    ] = False,
-    jobs: Annotated[
-        int | None,
-        typer.Option("--jobs", "-j", min=1, help="Processes for a large file (default: up to 4, by the CPUs)."),
-    ] = None,
-) -> None:
-    """Which network NCCL used (and why), GPUDirect RDMA, and transport errors, from NCCL_DEBUG=INFO logs.
+# -- nccl-log without Typer -------------------------------------------------------------------------
 
-    Inter-node traffic over TCP sockets (a fallback from InfiniBand/RoCE/EFA, or where --expect
-    asks for RDMA) fails, as do transport errors; network channels without GPUDirect RDMA warn
-    (fail with --expect-gdr). Exit 0 ok, 1 warn, 2 fail, 64 bad input.
-    """
+_LOG_OPTIONS = {"--format": "format", "-f": "format", "--expect": "expect", "--jobs": "jobs", "-j": "jobs"}
+
+
+def fast_nccl_log(args: list[str]) -> bool:
+    """Run `nccl-log ARGS` (the words after the command) without Typer when every argument is a
+    plain, valid one; False hands them to Typer. Options as the Typer command's: --format/-f
+    table|json, --expect ib|roce|ofi|socket, --expect-gdr, --jobs/-j N (N >= 1), `--opt VALUE`
+    or `--opt=VALUE`, then the files (- for stdin), in any order."""
+    files: list[str] = []
+    opts: dict[str, str] = {}
+    expect_gdr = False
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "-" or not arg.startswith("-"):
+            files.append(arg)
+            continue
+        if arg == "--expect-gdr" and not expect_gdr:
+            expect_gdr = True
+            continue
+        name, eq, inline = arg.partition("=")
+        key = _LOG_OPTIONS.get(name)
+        if key is None or key in opts or (not eq and not rest):
+            return False  # --help, --, an unknown or repeated option, a missing value: Typer's answer
+        opts[key] = inline if eq else rest.pop(0)
+    try:
+        fmt = OutputFormat(opts.get("format", "table"))
+        expect = Expect(opts["expect"]) if "expect" in opts else None
+        jobs = int(opts["jobs"]) if "jobs" in opts else None
+    except ValueError:
+        return False
+    if not files or (jobs is not None and jobs < 1):
+        return False
+    run_nccl_log(files, fmt, expect, expect_gdr, jobs)
+    return True
+
+
+def run_nccl_log(
+    files: list[str], fmt: OutputFormat, expect: Expect | None, expect_gdr: bool, jobs: int | None
+) -> None:
+    """`nccl-log`: scan the files as one job, print the report, set the exit code from its verdict."""
     from clustercheck.analyzers import nccl_log as analyzer
 
     scanner = analyzer.Scanner()
@@ -93,23 +169,8 @@ def nccl_log(
     cli.state.exit_code = int(ExitCode.for_status(report.status))
 
 
-def nccl_tests(
-    file: Annotated[str, typer.Argument(help="nccl-tests output (all_reduce_perf and friends); - reads stdin.")],
-    min_busbw: Annotated[
-        float | None,
-        typer.Option("--min-busbw", min=0, help="Fail when the peak bus bandwidth is below this many GB/s."),
-    ] = None,
-    min_avg_busbw: Annotated[
-        float | None,
-        typer.Option("--min-avg-busbw", min=0, help="Fail when 'Avg bus bandwidth' is below this many GB/s."),
-    ] = None,
-    fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] = OutputFormat.table,
-) -> None:
-    """Read an nccl-tests result table: size -> algbw/busbw, Avg bus bandwidth, wrong results.
-
-    The judged figure is the peak bus bandwidth (best of out-of-place and in-place over all
-    sizes); wrong results or out-of-bounds values fail. Exit 0 ok, 1 warn, 2 fail, 64 bad input.
-    """
+def run_nccl_tests(file: str, min_busbw: float | None, min_avg_busbw: float | None, fmt: OutputFormat) -> None:
+    """`nccl-tests`: read the result table, print the report, set the exit code from its verdict."""
     from clustercheck.analyzers import nccl_tests as analyzer
 
     if file == "-":
