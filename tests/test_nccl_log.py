@@ -804,3 +804,58 @@ def test_merged_device_lists_parse_to_their_devices_and_garbage_never_crashes(
     # the same line cut anywhere, or with garbage spliced in, is read without a crash
     cut = len(junk) % len(line)
     json.dumps(analyze_text((line[:cut] + junk + line[cut:]).encode("utf-8", "replace")).to_json())
+
+
+# -- the command without Typer ---------------------------------------------------------------------------
+
+
+def test_nccl_log_with_plain_arguments_imports_neither_typer_nor_rich() -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    log = LOGS / "gnosia93-g6e48xl-4pods-1gpu-each-efa-noGDR.log.txt"
+    code = (
+        "import atexit, sys\n"
+        "from clustercheck.cli import main\n"
+        "heavy = ('typer', 'rich', 'paramiko', 'pydantic', 'psutil')\n"
+        "atexit.register(lambda: print('LOADED', [m for m in heavy if m in sys.modules], file=sys.stderr))\n"
+        f"main(['nccl-log', '--format=json', {str(log)!r}, '-j', '1'])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert "LOADED []" in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and json.loads(proc.stdout)["gpudirect_rdma"] is False
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--format", "json", "--expect", "ib", "--expect-gdr"],
+        ["-f", "json", "--expect=socket", "-j", "2"],
+        ["--jobs=1", "-f", "json", "--expect", "roce"],
+    ],
+)
+def test_plain_path_and_typer_path_agree(args: list[str]) -> None:
+    log = LOGS / "slurmv4-roce-single-hca-pxn-nccl2.27.5-node2.txt"
+    plain = cli("nccl-log", *args, log)
+    # an argument the plain parser leaves to Typer ('--' before the file): the same command through Typer
+    typer_path = cli("nccl-log", *args, "--", log)
+    assert plain.returncode == typer_path.returncode and plain.returncode in (0, 1, 2), typer_path.stderr
+    assert plain.stdout == typer_path.stdout and json.loads(plain.stdout)["network"] == "ib"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--format", "xml"], "xml"),
+        (["--jobs", "0"], "--jobs"),
+        (["--expect", "tcp"], "tcp"),
+        (["--format"], "--format"),
+        (["--bogus"], "--bogus"),
+        (["-f=json"], "=json"),  # click reads a short option's "=json" as its value
+    ],
+)
+def test_plain_path_leaves_mistakes_to_typer(args: list[str], says: str) -> None:
+    run = cli("nccl-log", LOGS / "slurmv4-roce-single-hca-pxn-nccl2.27.5-node2.txt", *args)
+    assert run.returncode == 64 and says in run.stderr and "Traceback" not in run.stderr

@@ -106,8 +106,8 @@ _LOG_OPTIONS = {"--format": "format", "-f": "format", "--expect": "expect", "--j
 def fast_nccl_log(args: list[str]) -> bool:
     """Run `nccl-log ARGS` (the words after the command) without Typer when every argument is a
     plain, valid one; False hands them to Typer. Options as the Typer command's: --format/-f
-    table|json, --expect ib|roce|ofi|socket, --expect-gdr, --jobs/-j N (N >= 1), `--opt VALUE`
-    or `--opt=VALUE`, then the files (- for stdin), in any order."""
+    table|json, --expect ib|roce|ofi|socket, --expect-gdr, --jobs/-j N (N >= 1), as `--opt VALUE`,
+    `--opt=VALUE` or `-o VALUE`, and the files (- for stdin), in any order."""
     files: list[str] = []
     opts: dict[str, str] = {}
     expect_gdr = False
@@ -120,7 +120,8 @@ def fast_nccl_log(args: list[str]) -> bool:
         if arg == "--expect-gdr" and not expect_gdr:
             expect_gdr = True
             continue
-        name, eq, inline = arg.partition("=")
+        # `--opt=VALUE`; a short option's `-f=json` means the value '=json' to Typer (click): not plain
+        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         key = _LOG_OPTIONS.get(name)
         if key is None or key in opts or (not eq and not rest):
             return False  # --help, --, an unknown or repeated option, a missing value: Typer's answer
