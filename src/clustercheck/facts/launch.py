@@ -24,6 +24,7 @@ domain-facts §E.2 (enroot's 50-slurm-pytorch.sh hook), §C.3 (NCCL_IB_HCA), §F
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -451,7 +452,7 @@ def parse_rate(text: str) -> float:
 
 
 def _seconds(s: float) -> str:
-    if s >= 120:
+    if s >= 600:
         return f"{s / 60:.1f} min" if s % 60 else f"{s / 60:.0f} min"
     return f"{s:.0f} s"
 
@@ -772,3 +773,38 @@ def visible_gpus(cvd: str | None, slurm_gpus: Sequence[str] | None, topo: Topolo
             gpu = matches[0] if len(matches) == 1 else None
         picks.append(Pick(entry[:40], gpu))
     return picks
+
+
+#: Where libibverbs.so.1 lives (facts.infiniband.LIBRARY_SCAN's folders, read here without a shell).
+LIBRARY_DIRS = (
+    "/usr/lib64",
+    "/lib64",
+    "/usr/lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib/powerpc64le-linux-gnu",
+)
+
+
+def library_paths(root: Path, env: Mapping[str, str]) -> list[str]:
+    """libibverbs.so.1 and the verbs providers (`<libdir>/libibverbs/lib<name>-rdmav<N>.so`) under `root`,
+    in the standard folders, LD_LIBRARY_PATH and those /etc/ld.so.conf.d/*.conf adds."""
+    folders = list(LIBRARY_DIRS) + [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d.startswith("/")]
+    try:
+        confs = sorted((root / "etc" / "ld.so.conf.d").glob("*.conf"))
+    except OSError:
+        confs = []
+    for conf in confs:
+        folders += [w.split()[0] for w in (_read(conf) or "").splitlines() if w.startswith("/") and w.split()]
+    found: list[str] = []
+    for folder in dict.fromkeys(folders):
+        base = root / folder.lstrip("/")
+        with contextlib.suppress(OSError):
+            if (base / "libibverbs.so.1").exists():
+                found.append(f"{folder.rstrip('/')}/libibverbs.so.1")
+            if (base / "libibverbs").is_dir():
+                found += [
+                    f"{folder.rstrip('/')}/libibverbs/{p.name}"
+                    for p in sorted((base / "libibverbs").glob("lib*-rdmav*.so"))
+                ]
+    return found
