@@ -430,3 +430,31 @@ def test_host_prefetch_serves_reads_and_keeps_their_evidence(node: SSHTransport)
     with pytest.raises(FileNotFoundError):
         host.read("/proc/no-such-file")
     assert host.observations == ["read /proc/sys/kernel/osrelease (1 lines)", "read /proc/no-such-file: absent"]
+
+
+# -- the node-side session script (transports/ssh/session.sh) -------------------------------
+def test_session_script_is_plain_posix_sh_as_shipped_and_as_sent() -> None:
+    """session.sh parses in every POSIX shell here (`-n`), as the file and as sent (comments
+    stripped, tokens and a first request filled in); shellcheck has no complaint where it is
+    installed. A request holding a placeholder's text is not substituted into (one pass)."""
+    import importlib.resources
+    import shutil
+
+    from clustercheck.transports.ssh import session
+
+    shipped = importlib.resources.files("clustercheck.transports.ssh").joinpath("session.sh").read_text()
+    sent = session.script("0123abcd", "feedbeef", "cc_run 1 12 1 echo @END@ @NONCE@")
+    assert "@NONCE@" not in sent.replace("echo @END@ @NONCE@", "") and "@FIRST@" not in sent
+    assert "cc_run 1 12 1 echo @END@ @NONCE@\n" in sent and "cc-0123abcd" in sent and "feedbeef-%s" in sent
+    assert not any(line.lstrip().startswith("#") for line in sent.splitlines())
+    shells = [s for s in ("sh", "dash", "bash", "busybox") if shutil.which(s)]
+    assert shells, "no POSIX shell to lint the session script with"
+    for shell in shells:
+        argv = {"busybox": [shell, "ash", "-n"], "bash": [shell, "--posix", "-n"]}.get(shell, [shell, "-n"])
+        for text in (shipped, sent):
+            proc = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=10)
+            assert proc.returncode == 0, f"{shell}: {proc.stderr}"
+    if shutil.which("shellcheck"):
+        # what it warns of on purpose is said in the script, with `# shellcheck disable=` lines
+        proc = subprocess.run(["shellcheck", "-s", "sh", "-"], input=shipped, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout

@@ -44,7 +44,7 @@ NATIVE = (".so", ".pyd", ".dylib", ".dll")
 SKIP_META = ("RECORD", "INSTALLER", "REQUESTED", "direct_url.json")
 # A checkout laid out as pyproject.toml's [tool.setuptools.package-dir] installs it.
 SOURCE_DIRS = {"clustercheck": "src/clustercheck", "clustercheck/checks": "checks", "clustercheck/profiles": "profiles"}
-SOURCE_FILES = re.compile(r".*\.(py|json|yaml)$|^py\.typed$")
+SOURCE_FILES = re.compile(r".*\.(py|json|yaml|sh)$|^py\.typed$")  # .sh: scripts that run on nodes
 LINE = 120  # base64 characters per comment line
 
 
