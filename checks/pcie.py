@@ -69,8 +69,9 @@ def acs(host: Host, *, root_ports: str = "warn") -> Result:
 
     Fix: disable ACS on the switch ports at every boot (`setpci -s BDF ECAP_ACS+0x6.w=0000`
     for each port named, from a systemd unit or the site's boot script; or the BIOS's ACS
-    setting); boot with `iommu=pt` (and `intel_iommu=on` or `amd_iommu=on` only where VMs need
-    it). In a VM with passthrough GPUs, ACS is the hypervisor's business: ask the provider.
+    setting; or Linux's `pci=disable_acs_redir=BDF;BDF` boot parameter); boot with `iommu=pt`
+    (and `intel_iommu=on` or `amd_iommu=on` only where VMs need it). In a VM with passthrough
+    GPUs, ACS is the hypervisor's business: ask the provider.
     """
     mode = root_ports.strip().lower()
     if mode not in ("warn", "fail", "ignore"):
@@ -130,7 +131,8 @@ def acs(host: Host, *, root_ports: str = "warn") -> Result:
     data = {"acs_redirect": failures, "warnings": warnings, "bridges_judged": len(judged)}
     remedy = (
         "Disable ACS on the ports named at every boot: `setpci -s BDF ECAP_ACS+0x6.w=0000` (a systemd unit or "
-        "the BIOS's ACS setting); boot with `iommu=pt`. Then check again (P2P: `nvidia-smi topo -p2p r`)."
+        "the BIOS's ACS setting), or the kernel parameter `pci=disable_acs_redir=BDF;BDF`; boot with `iommu=pt`. "
+        "Then check again (P2P: `nvidia-smi topo -p2p r`)."
     )
     if failures:
         return fail(
