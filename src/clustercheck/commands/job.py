@@ -194,7 +194,7 @@ def evaluate(
     rows: list[dict[str, Any]] = []
     if task.in_step:
         row, found = binding(task, env, topo, candidates, local_rank, position=local_rank, in_step=True)
-        row["rank"] = int(values["RANK"].value) if "RANK" in values else task.rank
+        row["rank"] = task.rank  # SLURM_PROCID, as the findings name ranks; a different RANK is a finding
         rows.append(row)
         findings += found
     else:
@@ -632,7 +632,7 @@ def rdma_findings(
     """Where HCAs are visible: the uverbs device of each row's NIC, rdma_cm, libibverbs and its provider."""
     if not topo.nics:
         return []
-    from clustercheck.facts.infiniband import LIBRARY_SCAN, library_problems
+    from clustercheck.facts.infiniband import library_problems
 
     where = f"inside the {container} container" if container else "in this task's environment"
     problems: list[str] = []
@@ -648,15 +648,7 @@ def rdma_findings(
             problems.append(f"/dev/infiniband/{nic.uverbs} (of {nic.hca}) {state}")
     if not (dev / "rdma_cm").exists():
         problems.append("/dev/infiniband/rdma_cm is missing")
-    libraries: list[str] = []
-    scan_root = ["chroot", str(root)] if root != Path("/") else []
-    try:
-        proc = subprocess.run(
-            [*scan_root, "sh", "-c", LIBRARY_SCAN], capture_output=True, text=True, errors="replace", timeout=10
-        )
-        libraries = sorted(set(proc.stdout.split()))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return [Finding("error", "rdma", f"the verbs libraries could not be listed: {exc}")]
+    libraries = launch.library_paths(root, os.environ)
     providers = ["mlx5"] if any(n.hca.startswith("mlx5") for n in topo.nics) else []
     problems += library_problems(libraries, providers, where)
     if not problems:
