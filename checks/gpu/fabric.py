@@ -10,9 +10,10 @@ from __future__ import annotations
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import HostError
 from clustercheck.facts.gpu import gpus
+from clustercheck.facts.kernel_log import kernel_log, parse_xids
 from clustercheck.facts.nvlink import SxidEvent, nvswitches_in_log, parse_q_fabric, parse_sxids
 
-from . import _usable, kernel_log, parse_xids
+from . import _usable
 
 SYMPTOM = (
     'until the fabric is up CUDA fails at start with "system not yet initialized" '
