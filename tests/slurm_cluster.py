@@ -291,6 +291,16 @@ class SlurmCluster:
                 return text
         return None
 
+    def reservations(self) -> list[str]:
+        """The names of the reservations slurmctld holds (`scontrol show reservation`)."""
+        out = self.run("scontrol", "show", "reservation").stdout
+        return re.findall(r"(?m)^ReservationName=(\S+)", out)
+
+    def jobs(self, name: str | None = None) -> list[str]:
+        """`JOBID STATE NODES` of the jobs slurmctld knows (of job name `name`)."""
+        argv = ["squeue", "-h", "-o", "%i %T %N", *(["-n", name] if name else [])]
+        return [line for line in self.run(*argv).stdout.splitlines() if line.strip()]
+
     def prolog_state(self, node: str) -> dict[str, Any]:
         import json
 

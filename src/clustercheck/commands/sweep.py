@@ -1,0 +1,706 @@
+"""`clustercheck sweep`: prove idle nodes through Slurm, drain what fails, resume what passes.
+
+For each node of a hostlist or a partition (`-p/--partition`) that is idle right before it is
+tested, one exclusive allocation (`srun -w NODE --exclusive --immediate`, inside `--reservation`
+when named) runs `clustercheck run --local -p PROFILE -f json` on the node. A node running a job
+is never tested; one drained, downed or rebooting by anyone else is never touched. A failing
+node is drained with the owned reason (`clustercheck: <check>: <summary> action=<ACTION>`),
+recorded as `health` records its own (clustercheck.slurm.apply_decision: the same path); a node
+the sweep drained is tested again, inside a reservation of its own after a resume (Slurm runs no
+job on a drained node), and stays up only when it passes. A failure of a performance check
+(data `performance: true`) is measured once more before a drain. The decisions are in
+clustercheck.sweep; this module talks to Slurm.
+
+SIGTERM (or Ctrl-C) stops the allocations, drains again every node it had resumed to test, with
+the reason it had, and deletes the reservations it created: no node is left drained by it
+without a reason, and no reservation behind.
+
+`--ssh HOSTLIST` runs the profile over SSH (the fleet runner) on nodes not yet in a partition:
+the same second pass and report, nothing to drain.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Annotated, Any, NamedTuple
+
+import typer
+
+from clustercheck import __version__, cli
+from clustercheck import slurm as slurm_mod
+from clustercheck import sweep as logic
+from clustercheck.app import AcceptOpt, ChecksDirOpt, IdentityOpt, PortOpt, SshConfigOpt, UserOpt
+from clustercheck.errors import ClusterCheckError, UsageError
+from clustercheck.result import HostReport, Report, Status
+
+#: The profile a sweep runs unless told otherwise (profiles/deep.yaml).
+DEFAULT_PROFILE = "deep"
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT during a sweep: stop, clean up, say what was left."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Outcome(NamedTuple):
+    """What the sweep did with one node."""
+
+    node: str
+    done: str  # "drained", "resumed", "passed", "kept", "skipped", "error", "interrupted", "left"
+    why: str
+    reason: str | None = None  # the drain reason set
+    passes: int = 0  # how many times the profile ran on the node
+    command: list[str] | None = None  # the scontrol command carried out
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self._asdict())
+
+
+class Options(NamedTuple):
+    nodes: str | None = None
+    partition: str | None = None
+    profile: str = DEFAULT_PROFILE
+    checks_dirs: tuple[str, ...] = ()
+    reservation: str | None = None
+    jobs: int = 8
+    run_timeout: float = 3600.0
+    record_file: str = logic.DEFAULT_RECORD_FILE
+    clustercheck: tuple[str, ...] = ()
+    scontrol: str = "scontrol"
+    srun: str = "srun"
+    sinfo: str = "sinfo"
+    scancel: str = "scancel"
+    scontrol_timeout: float = 20.0
+    dry_run: bool = False
+    second_pass: bool = True
+
+
+class Sweeper:
+    """One sweep over Slurm: its reservations, its jobs, the nodes it resumed to test, cleanup."""
+
+    def __init__(self, opts: Options, out: Any = None) -> None:
+        self.opts = opts
+        self.out = out or sys.stderr
+        self.token = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self.job_name = f"{logic.NAME_PREFIX}-{self.token}"
+        self.user = getpass.getuser()
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.created: list[str] = []  # reservations this sweep made (deleted at the end)
+        self.resumed: dict[str, str] = {}  # node -> the reason it had, while resumed for a retest
+        self.procs: set[subprocess.Popen[str]] = set()
+        self.outcomes: dict[str, Outcome] = {}
+        self.reports: dict[str, HostReport] = {}
+        self.folder = Path(tempfile.mkdtemp(prefix="clustercheck-sweep-"))
+        self.pool: ThreadPoolExecutor | None = None
+        self.futures: dict[str, Future[Outcome]] = {}
+
+    # -- Slurm ------------------------------------------------------------------------------------
+    def say(self, line: str) -> None:
+        slurm_mod.say(f"clustercheck sweep: {line}", self.out)
+
+    def scontrol(self, *args: str) -> Any:
+        return slurm_mod._scontrol([self.opts.scontrol, *args], self.opts.scontrol_timeout)
+
+    def state(self, node: str) -> slurm_mod.NodeState:
+        shown = self.scontrol("show", "node", node)
+        if not shown.ok:
+            said = (shown.stderr or shown.stdout).strip().splitlines()
+            raise ClusterCheckError(f"cannot read node {node}'s state: {shown.describe()}: {said[0] if said else ''}")
+        try:
+            return slurm_mod.parse_scontrol_show_node(shown.stdout, node)
+        except ValueError as exc:
+            raise ClusterCheckError(str(exc)) from None
+
+    def record_path(self, node: str) -> Path:
+        return slurm_mod.state_path(self.opts.record_file, node)
+
+    def record(self, node: str) -> dict[str, Any] | None:
+        return slurm_mod.read_state(self.record_path(node))
+
+    def nodes(self) -> list[str]:
+        """The hostlist given, or the partition's nodes (sinfo)."""
+        from clustercheck.hostlist import SLURM_MAX_NAME, expand
+
+        names = expand(self.opts.nodes, max_name=SLURM_MAX_NAME) if self.opts.nodes else []
+        if self.opts.partition:
+            argv = [self.opts.sinfo, "-h", "-N", "-p", self.opts.partition, "-o", "%N"]
+            listed = slurm_mod._scontrol(argv, self.opts.scontrol_timeout)
+            if not listed.ok:
+                raise ClusterCheckError(
+                    f"cannot list partition {self.opts.partition}: {listed.describe()}: {listed.stderr.strip()}"
+                )
+            found = list(dict.fromkeys(line.strip() for line in listed.stdout.splitlines() if line.strip()))
+            if not found:
+                raise UsageError(f"-p/--partition {self.opts.partition}: sinfo lists no node in it")
+            names = [n for n in names if n in found] if names else found
+        if not names:
+            raise UsageError("no node to sweep: give a hostlist, -p/--partition, or --ssh HOSTLIST")
+        return names
+
+    def reservation_exists(self, name: str) -> bool:
+        return bool(self.scontrol("show", "reservation", name).ok)
+
+    def reserve(self, name: str, nodes: Sequence[str]) -> str | None:
+        """Create a reservation; None when made, else what scontrol said (busy nodes: a job runs)."""
+        with self.lock:
+            if self.stopping:
+                return "the sweep is stopping"
+        minutes = (1 + self.opts.second_pass) * logic.time_limit_minutes(self.opts.run_timeout) + 5
+        argv = logic.reservation_argv(name, nodes, user=self.user, minutes=minutes, scontrol=self.opts.scontrol)
+        made = slurm_mod._scontrol(argv, self.opts.scontrol_timeout)
+        if not made.ok:
+            return " ".join((made.stderr or made.stdout).split()) or made.describe()
+        with self.lock:
+            self.created.append(name)
+        return None
+
+    def unreserve(self, name: str) -> None:
+        done = self.scontrol("delete", f"ReservationName={name}")
+        if done.ok or "Invalid reservation" in (done.stderr + done.stdout):
+            with self.lock:
+                if name in self.created:
+                    self.created.remove(name)
+        else:
+            self.say(f"could not delete reservation {name}: {done.describe()} {done.stderr.strip()}")
+
+    # -- one node ---------------------------------------------------------------------------------
+    def run_profile(self, node: str, reservation: str | None, attempt: int) -> tuple[HostReport | None, str]:
+        """The profile on the node, inside one exclusive allocation: its report, or why none."""
+        command = logic.node_argv(
+            self.opts.clustercheck, self.opts.profile, self.opts.checks_dirs, self.opts.run_timeout
+        )
+        argv = logic.srun_argv(
+            node,
+            command,
+            job_name=self.job_name,
+            seconds=self.opts.run_timeout,
+            reservation=reservation,
+            partition=self.opts.partition,
+            srun=self.opts.srun,
+        )
+        with self.lock:
+            if self.stopping:
+                return None, "the sweep was interrupted before the run"
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+            )
+            self.procs.add(proc)
+        try:
+            stdout, stderr = proc.communicate(timeout=self.opts.run_timeout + logic.IMMEDIATE_S + 60)
+        except subprocess.TimeoutExpired:
+            proc.terminate()  # srun cancels the job step and its allocation
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=10)
+            proc.kill()
+            proc.wait()
+            return None, f"the run on {node} did not end within {self.opts.run_timeout:g} s: stopped"
+        finally:
+            with self.lock:
+                self.procs.discard(proc)
+        with self.lock:
+            if self.stopping:
+                return None, "the sweep was interrupted during the run"
+        if logic.allocation_refused(stderr) and not stdout.strip():
+            said = " ".join(stderr.split())[:300]
+            return None, f"Slurm did not give {node} to the sweep (a job took it?): {said}"
+        try:
+            doc = json.loads(stdout)
+            body = next(iter(doc["hosts"].values()))
+        except (ValueError, KeyError, TypeError, StopIteration, AttributeError):
+            said = " ".join((stderr or stdout).split())[-300:]
+            return None, f"`{shlex.join(argv)}` exited {proc.returncode} without a report: {said or '(no output)'}"
+        doc["hosts"] = {node: body}  # the node's Slurm name (its own host name may differ)
+        path = self.folder / f"{node}.{attempt}.json"
+        path.write_text(json.dumps(doc), encoding="utf-8")
+        from clustercheck.commands.report import read_results
+
+        try:
+            merged = read_results([path])
+        except UsageError as exc:
+            return None, f"the report of {node} is not a clustercheck report: {exc}"
+        return merged.hosts[0], ""
+
+    def sweep_node(self, node: str, reservation: str | None) -> Outcome:
+        record = self.record(node)
+        before = self.state(node)  # right before: a job may have started since the first look
+        planned = logic.plan(before, record, reserved_ok=reservation is not None)
+        if planned.kind == "skip":
+            return Outcome(node, "skipped", planned.why)
+        own: str | None = None
+        if planned.kind == "retest":  # a drained node runs no job: resume it inside a reservation of its own
+            if reservation is None:
+                own = f"{self.job_name}-{node}"
+                refused = self.reserve(own, [node])
+                if refused is not None:
+                    return Outcome(node, "skipped", f"could not reserve {node} to test it again: {refused}")
+                reservation = own
+            with self.lock:
+                if self.stopping:
+                    return Outcome(node, "interrupted", "the sweep was interrupted: left drained")
+                self.resumed[node] = before.reason or ""
+            resumed = self.scontrol("update", f"NodeName={node}", "State=RESUME")
+            if not resumed.ok:
+                with self.lock:
+                    self.resumed.pop(node, None)
+                return Outcome(node, "error", f"could not resume {node} to test it: {resumed.stderr.strip()}")
+        try:
+            return self._judge(node, planned, before, record, reservation)
+        finally:
+            if own is not None:
+                self.unreserve(own)
+
+    def _judge(
+        self,
+        node: str,
+        planned: logic.Plan,
+        before: slurm_mod.NodeState,
+        record: dict[str, Any] | None,
+        reservation: str | None,
+    ) -> Outcome:
+        report, why = self.run_profile(node, reservation, 1)
+        passes = 1
+        if report is not None and self.opts.second_pass and logic.needs_second_pass(report.checks):
+            again, _ = self.run_profile(node, reservation, 2)
+            passes = 2
+            report = HostReport(node, logic.merge_passes(report.checks, again.checks if again else None))
+        with self.lock:
+            stopping = self.stopping
+        if stopping:
+            return Outcome(node, "interrupted", "the sweep was interrupted during the run", passes=passes)
+        if report is None:
+            self.reports[node] = HostReport(node, (logic.skipped(node, why, Status.ERROR),))
+            if planned.kind == "retest":  # not proven: its drain comes back
+                return self._redrain(node, before, f"not tested: {why}", passes)
+            return Outcome(node, "error", why, passes=passes)
+        self.reports[node] = report
+        checks = report.checks
+        if planned.kind == "retest":
+            assert planned.entry is not None
+            decision = logic.retest_decision(
+                slurm_mod.decide(before, checks, None, record, with_action=True), before, planned.entry
+            )
+            if decision.action == "none":
+                with self.lock:
+                    self.resumed.pop(node, None)
+                return Outcome(node, "resumed", decision.why, passes=passes)
+            same = decision.reason == before.reason
+            return self._apply(node, decision, self.record(node), passes, resumed=True, kept=same)
+        now = self.state(node)
+        decision = slurm_mod.decide(now, checks, None, record, with_action=True)
+        if decision.action == "none":
+            failed = any(c.status is Status.FAIL for c in checks)
+            return Outcome(node, "left" if failed else "passed", decision.why, passes=passes)
+        return self._apply(node, decision, record, passes)
+
+    def _redrain(self, node: str, before: slurm_mod.NodeState, why: str, passes: int) -> Outcome:
+        record = self.record(node)
+        decision = slurm_mod.Decision("drain", why, before.reason)
+        return self._apply(node, decision, record, passes, resumed=True, kept=True)
+
+    def _apply(
+        self,
+        node: str,
+        decision: slurm_mod.Decision,
+        record: dict[str, Any] | None,
+        passes: int,
+        *,
+        resumed: bool = False,
+        kept: bool = False,
+    ) -> Outcome:
+        done = slurm_mod.apply_decision(
+            decision,
+            node,
+            record_file=self.record_path(node),
+            record=record,
+            scontrol=self.opts.scontrol,
+            timeout=self.opts.scontrol_timeout,
+            who="sweep",
+        )
+        argv = decision.argv(node, self.opts.scontrol)
+        if done is not None and not done.ok:
+            return Outcome(node, "error", f"`{shlex.join(argv or [])}` failed: {done.stderr.strip()}", passes=passes)
+        if resumed:
+            with self.lock:
+                self.resumed.pop(node, None)
+        verb = {"drain": "drained", "resume": "resumed"}.get(decision.action, "left")
+        if resumed and decision.action == "drain" and kept:
+            verb = "kept"  # drained again with the reason it had
+        return Outcome(node, verb, decision.why, decision.reason, passes, argv)
+
+    # -- the whole sweep --------------------------------------------------------------------------
+    def run(self) -> None:
+        nodes = self.nodes()
+        reservation = self.opts.reservation
+        if reservation and not self.reservation_exists(reservation):
+            first = [logic.plan(self.state(n), self.record(n), reserved_ok=True) for n in nodes]
+            wanted = [p.node for p in first if p.kind != "skip"]
+            if wanted and not self.opts.dry_run:
+                refused = self.reserve(reservation, wanted)
+                if refused is not None:
+                    raise ClusterCheckError(f"could not create reservation {reservation}: {refused}")
+                self.say(f"created reservation {reservation} for {len(wanted)} node(s)")
+        if self.opts.dry_run:
+            for n in nodes:
+                planned = logic.plan(self.state(n), self.record(n), reserved_ok=reservation is not None)
+                self.outcomes[n] = Outcome(n, "skipped" if planned.kind == "skip" else "would test", planned.why)
+            return
+        # no `with`: on SIGTERM, cleanup stops the allocations before it waits for the workers
+        self.pool = ThreadPoolExecutor(max_workers=max(1, self.opts.jobs))
+        for n in nodes:
+            self.futures[n] = self.pool.submit(self._guarded, n, reservation)
+        for node, future in self.futures.items():
+            while True:  # a timeout lets the signal handler run in this thread
+                try:
+                    self.outcomes[node] = future.result(timeout=0.2)
+                    break
+                except TimeoutError:
+                    continue
+
+    def _guarded(self, node: str, reservation: str | None) -> Outcome:
+        try:
+            return self.sweep_node(node, reservation)
+        except ClusterCheckError as exc:
+            return Outcome(node, "error", str(exc))
+
+    def cleanup(self, interrupted: bool) -> list[str]:
+        """Stop the allocations, drain again what was resumed for a test, delete the reservations
+        made; what could not be cleaned up."""
+        problems: list[str] = []
+        with self.lock:
+            self.stopping = True
+            procs = list(self.procs)
+        for proc in procs:
+            with contextlib.suppress(OSError):
+                proc.terminate()  # srun cancels its job step and allocation
+        if interrupted:
+            cancel = [
+                self.opts.scancel,
+                f"--name={self.job_name}",
+                f"--user={self.user}",
+            ]
+            slurm_mod._scontrol(cancel, self.opts.scontrol_timeout)
+        deadline = time.monotonic() + 15
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            if proc.poll() is None:
+                proc.kill()
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)  # the workers see `stopping` and return
+        for node, future in self.futures.items():
+            if node not in self.outcomes and future.done() and not future.cancelled():
+                self.outcomes[node] = future.result()
+            elif node not in self.outcomes:
+                self.outcomes[node] = Outcome(
+                    node, "interrupted", "the sweep was interrupted before it reached the node"
+                )
+        with self.lock:
+            resumed = dict(self.resumed)
+        for node, reason in resumed.items():
+            outcome = self._redrain_now(node, reason)
+            self.outcomes[node] = outcome
+            if outcome.done == "error":
+                problems.append(outcome.why)
+        for name in list(self.created):
+            self.unreserve(name)
+            if name in self.created:
+                problems.append(f"reservation {name} is still there: `scontrol delete ReservationName={name}`")
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
+        return problems
+
+    def _redrain_now(self, node: str, reason: str) -> Outcome:
+        decision = slurm_mod.Decision("drain", "the sweep was interrupted before it could tell: drained again", reason)
+        try:
+            done = slurm_mod.apply_decision(
+                decision,
+                node,
+                record_file=self.record_path(node),
+                record=self.record(node),
+                scontrol=self.opts.scontrol,
+                timeout=self.opts.scontrol_timeout,
+                who="sweep",
+            )
+        except ClusterCheckError as exc:
+            return Outcome(node, "error", str(exc))
+        if done is not None and not done.ok:
+            return Outcome(node, "error", f"could not drain {node} again ({reason}): {done.stderr.strip()}")
+        with self.lock:
+            self.resumed.pop(node, None)
+        return Outcome(node, "kept", decision.why, reason, 0, decision.argv(node, self.opts.scontrol))
+
+
+@contextlib.contextmanager
+def signals_raise() -> Iterator[None]:
+    """SIGTERM and SIGINT raise Interrupted in the main thread while the sweep runs."""
+
+    def handler(signum: int, _frame: object) -> None:
+        raise Interrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _quiet_signals() -> None:
+    """During cleanup a second signal must not cut it short."""
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, signal.SIG_IGN)
+
+
+# -- the report ---------------------------------------------------------------------------------------
+
+
+def merged_report(
+    profile: str, nodes: Sequence[str], sweeper_reports: dict[str, HostReport], outcomes: dict[str, Outcome]
+) -> Report:
+    hosts = []
+    for node in nodes:
+        if node in sweeper_reports:
+            hosts.append(sweeper_reports[node])
+        else:
+            outcome = outcomes.get(node)
+            why = outcome.why if outcome else "not reached"
+            status = Status.ERROR if outcome is not None and outcome.done in ("error", "interrupted") else Status.SKIP
+            hosts.append(HostReport(node, (logic.skipped(node, why, status),)))
+    return Report(__version__, profile, tuple(hosts))
+
+
+def write_reports(report: Report, outcomes: dict[str, Outcome], out_json: Path | None, out_html: Path | None) -> None:
+    from clustercheck import formats
+    from clustercheck.analyzers.fleet import summarize
+
+    if out_json is not None:
+
+        def render_json(out: Any) -> None:
+            doc = {
+                **report.to_json(),
+                "fleet": summarize(report).to_json(),
+                "sweep": {n: o.to_json() for n, o in outcomes.items()},
+            }
+            json.dump(doc, out, indent=2)
+            out.write("\n")
+
+        cli.write_output(render_json, out_json)
+    if out_html is not None:
+        cli.write_output(lambda out: formats.render(report, "html", out), out_html)
+
+
+def _lines(outcomes: dict[str, Outcome]) -> list[str]:
+    lines = []
+    for o in outcomes.values():
+        line = f"{o.node}: {o.done}: {o.why}"
+        if o.reason and o.done in ("drained", "kept"):
+            line += f"\n  reason: {o.reason}"
+        lines.append(line)
+    return lines
+
+
+# -- over SSH: nodes not yet in a partition -------------------------------------------------------------
+
+
+def ssh_sweep(
+    hosts: str, profile: str, checks_dirs: tuple[Path, ...], jobs: int, timeout: float, second_pass: bool, **ssh: Any
+) -> tuple[Report, dict[str, Outcome]]:
+    from clustercheck import profile as profiles
+    from clustercheck import runner
+
+    transports = cli.make_transports(False, hosts, None, **ssh)
+    prof = profiles.load(profile, extra_check_dirs=checks_dirs)
+    first = runner.run_profile(prof, transports, version=__version__, jobs=jobs, timeout=timeout)
+    by_host = {h.host: h for h in first.hosts}
+    again = [t for t in transports if logic.needs_second_pass(by_host[t.host].checks)] if second_pass else []
+    outcomes = {
+        h.host: Outcome(h.host, "passed" if h.status is not Status.FAIL else "left", "over SSH", passes=1)
+        for h in first.hosts
+    }
+    if again:
+        fresh = cli.make_transports(False, ",".join(t.host for t in again), None, **ssh)
+        second = runner.run_profile(prof, fresh, version=__version__, jobs=jobs, timeout=timeout)
+        for h in second.hosts:
+            merged = HostReport(h.host, logic.merge_passes(by_host[h.host].checks, h.checks))
+            by_host[h.host] = merged
+            done = "left" if merged.status is Status.FAIL else "passed"
+            outcomes[h.host] = Outcome(h.host, done, "over SSH, measured twice", passes=2)
+    for o in list(outcomes.values()):
+        if o.done == "left":
+            outcomes[o.node] = o._replace(why=o.why + ": failing (not in Slurm: nothing drained)")
+    return Report(__version__, prof.name, tuple(by_host[h.host] for h in first.hosts)), outcomes
+
+
+# -- the command ------------------------------------------------------------------------------------------
+
+
+def sweep(
+    nodes: Annotated[
+        str | None,
+        typer.Argument(help="The nodes: a Slurm hostlist, e.g. 'gpu[001-064]' (with --partition: those in it)."),
+    ] = None,
+    partition: Annotated[
+        str | None, typer.Option("--partition", help="Sweep this Slurm partition's nodes (sinfo -p).")
+    ] = None,
+    profile: Annotated[
+        str, typer.Option("--profile", "-p", help="The profile each node runs (a bundled name or a YAML path).")
+    ] = DEFAULT_PROFILE,
+    checks_dir: ChecksDirOpt = None,
+    reservation: Annotated[
+        str | None,
+        typer.Option(
+            "--reservation",
+            help="Run inside this Slurm reservation: an existing one is used (and kept); one that does not "
+            "exist is created on the idle nodes and deleted at the end.",
+        ),
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Nodes tested at once.")] = 8,
+    run_timeout: Annotated[
+        float, typer.Option("--run-timeout", min=1.0, help="Seconds one node's run of the profile may take.")
+    ] = 3600.0,
+    record_file: Annotated[
+        str,
+        typer.Option("--record-file", help="Where the sweep keeps the drain reasons it set ({node}: the node)."),
+    ] = logic.DEFAULT_RECORD_FILE,
+    node_command: Annotated[
+        str | None,
+        typer.Option(
+            "--node-command",
+            help="How a node starts clustercheck (shell words) [default: this interpreter -m clustercheck].",
+        ),
+    ] = None,
+    out_json: Annotated[Path | None, typer.Option("--out-json", help="Write the merged report as JSON here.")] = None,
+    out_html: Annotated[
+        Path | None, typer.Option("--out-html", help="Write the merged report as an html page.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say which nodes it would test; run nothing.")] = False,
+    no_second_pass: Annotated[
+        bool, typer.Option("--no-second-pass", help="Drain on one failed performance measurement.")
+    ] = False,
+    ssh: Annotated[
+        str | None, typer.Option("--ssh", help="Nodes not in Slurm yet: run over SSH (a hostlist); drains nothing.")
+    ] = None,
+    ssh_config: SshConfigOpt = None,
+    user: UserOpt = None,
+    identity: IdentityOpt = None,
+    port: PortOpt = None,
+    accept_new_host_keys: AcceptOpt = False,
+) -> None:
+    """Prove idle nodes through Slurm: drain what fails (with its action), resume what passes.
+
+    Each idle node of NODES or --partition gets one exclusive allocation running the profile
+    (default: deep). A node running a job is never tested, a drain someone else set is never
+    touched, and a node this sweep drained is resumed only once it passes. A failed performance
+    check is measured once more before a drain. SIGTERM drains again what it had resumed and
+    deletes the reservations it made. The exit code is the merged report's.
+    """
+    for path, option in ((out_json, "--out-json"), (out_html, "--out-html")):
+        cli.check_output(path, option)
+    if ssh is not None:
+        if nodes or partition or reservation:
+            raise UsageError("--ssh HOSTLIST runs without Slurm: give no NODES, --partition or --reservation")
+        report, outcomes = ssh_sweep(
+            ssh,
+            profile,
+            tuple(checks_dir or ()),
+            jobs,
+            run_timeout,
+            not no_second_pass,
+            ssh_config=ssh_config,
+            user=user,
+            identity=identity,
+            port=port,
+            accept_new_host_keys=accept_new_host_keys,
+        )
+        _finish(report, outcomes, out_json, out_html)
+        return
+    command = tuple(shlex.split(node_command)) if node_command else (sys.executable, "-m", "clustercheck")
+    options = Options(
+        nodes=nodes,
+        partition=partition,
+        profile=_profile_ref(profile),
+        checks_dirs=tuple(str(Path(d).resolve()) for d in checks_dir or ()),
+        reservation=reservation,
+        jobs=jobs,
+        run_timeout=run_timeout,
+        record_file=record_file,
+        clustercheck=command,
+        dry_run=dry_run,
+        second_pass=not no_second_pass,
+    )
+    _check_profile(options)
+    sweeper = Sweeper(options)
+    interrupted: Interrupted | None = None
+    try:
+        with signals_raise():
+            sweeper.run()
+    except Interrupted as exc:
+        interrupted = exc
+    finally:
+        _quiet_signals()
+        problems = sweeper.cleanup(interrupted is not None)
+    names = list(sweeper.outcomes)
+    report = merged_report(options.profile, names, sweeper.reports, sweeper.outcomes)
+    if interrupted is not None:
+        for line in _lines(sweeper.outcomes):
+            slurm_mod.say(line, sys.stdout)
+        write_reports(report, sweeper.outcomes, out_json, out_html)
+        left = "; ".join(problems) if problems else "no node left resumed, no reservation left"
+        raise ClusterCheckError(f"sweep interrupted by {interrupted}: {left}")
+    for problem in problems:
+        slurm_mod.say(f"clustercheck sweep: {problem}", sys.stderr)
+    _finish(report, sweeper.outcomes, out_json, out_html)
+
+
+def _profile_ref(profile: str) -> str:
+    """A profile path as the nodes must read it (absolute); a bundled name as it is."""
+    path = Path(profile)
+    return str(path.resolve()) if path.suffix in (".yaml", ".yml") or path.exists() else profile
+
+
+def _check_profile(options: Options) -> None:
+    """The profile loads here before any node is touched (a typo must not drain a partition)."""
+    from clustercheck import profile as profiles
+
+    profiles.load(options.profile, extra_check_dirs=tuple(Path(d) for d in options.checks_dirs))
+
+
+def _finish(report: Report, outcomes: dict[str, Outcome], out_json: Path | None, out_html: Path | None) -> None:
+    from clustercheck import formats
+
+    write_reports(report, outcomes, out_json, out_html)
+    formats.render(report, "table", sys.stdout)
+    for line in _lines(outcomes):
+        slurm_mod.say(line, sys.stdout)
+    cli.state.exit_code = int(report.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep)
+
+
+__all__ = ["Options", "Outcome", "Sweeper", "register", "sweep"]

@@ -1,0 +1,225 @@
+"""`clustercheck sweep`, its decisions: pure, so every branch is tested without Slurm.
+
+The sweep takes nodes through Slurm one exclusive allocation each, runs a profile on them
+(`clustercheck run --local -p PROFILE -f json` inside the allocation), drains what fails and
+resumes what it drained once it passes. The Slurm side (sinfo, scontrol, srun, reservations,
+signals) is in clustercheck.commands.sweep; this module says, from what those print:
+
+- which nodes to test (`plan`): idle ones only, never one running a job or drained, downed or
+  rebooting by anyone else; a node the sweep itself drained (its record proves it, as
+  `health`'s does: clustercheck.slurm.recorded_drain) is tested again to be resumed;
+- what runs on each (`node_argv`, `srun_argv`, `reservation_argv`);
+- which failures are measured a second time (`needs_second_pass`, `merge_passes`): a failed
+  check whose data says `performance: true` (a bandwidth, a throughput) is run once more
+  before a drain, and the second measurement decides: one slow run is not a bad node;
+- what to do once the node is judged (`retest_decision`), through slurm.decide, the same rules
+  as `clustercheck health`, with the failed check's action in the drain reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+from clustercheck.result import CheckResult, Status
+from clustercheck.slurm import Decision, NodeState, recorded_drain
+
+#: Where the sweep keeps the reasons it set, on the host it runs on ({node}: the node).
+DEFAULT_RECORD_FILE = "/var/lib/clustercheck/sweep-{node}.json"
+#: Every sweep job and reservation is named with this, then the sweep's own token.
+NAME_PREFIX = "clustercheck-sweep"
+#: The id of the result a node the sweep did not run the profile on gets in the merged report.
+SWEEP_CHECK = "sweep.node"
+#: A check's data says it is a performance measurement with `performance: true`.
+PERFORMANCE = "performance"
+#: How long srun waits for the allocation of an idle node before giving up (--immediate).
+IMMEDIATE_S = 30
+
+#: Node state flags that say the node is not ready for a test, whatever its base state.
+_NOT_READY = frozenset(
+    {
+        "NOT_RESPONDING",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "POWERING_UP",
+        "POWER_DOWN",
+        "POWER_UP",
+        "FAIL",
+        "INVALID_REG",
+        "COMPLETING",
+        "PLANNED",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+    }
+)
+#: A reservation flag on the node: fine only inside a reservation the sweep uses.
+_RESERVED = frozenset({"RESERVED", "MAINT"})
+_BUSY = ("ALLOCATED", "ALLOC", "MIXED", "MIX", "COMPLETING", "COMP")
+
+
+class Plan(NamedTuple):
+    """What the sweep does with one node, from its Slurm state: test it, test it again to resume
+    the sweep's own drain (`retest`), or leave it alone (`skip`, with why)."""
+
+    node: str
+    kind: str  # "test", "retest", "skip"
+    why: str
+    state: NodeState | None = None
+    entry: Mapping[str, Any] | None = None  # the record of the sweep's drain, for a retest
+
+
+def plan(state: NodeState, record: Mapping[str, Any] | None, *, reserved_ok: bool = False) -> Plan:
+    """Whether to test the node now (the state is read right before each decision)."""
+    node = state.name
+    shown = state.state + (f", reason {state.reason!r}" if state.reason else "")
+    if state.reboot_pending:
+        return Plan(node, "skip", f"{node} has a reboot pending ({shown}): left alone", state)
+    if state.base in _BUSY or "COMPLETING" in state.flags:
+        return Plan(node, "skip", f"{node} is {shown}: running a job, never tested beside one", state)
+    entry = recorded_drain(state, record) if state.drained else None
+    not_ready = sorted(state.flags & (_NOT_READY | (frozenset() if reserved_ok else _RESERVED)))
+    if state.base != "IDLE" or not_ready:
+        if state.drained and entry is None:
+            return Plan(node, "skip", f"{node} is {shown}, not drained by this sweep: left alone", state)
+        flags = f" ({', '.join(not_ready)})" if not_ready else ""
+        return Plan(node, "skip", f"{node} is {shown}: not idle{flags}, left alone", state)
+    if entry is not None:
+        return Plan(node, "retest", f"drained by clustercheck sweep ({state.reason}): tested again", state, entry)
+    if state.drained or state.down:
+        return Plan(node, "skip", f"{node} is {shown}, not drained by this sweep: left alone", state)
+    return Plan(node, "test", f"{node} is {state.state}: idle", state)
+
+
+def node_argv(clustercheck: Sequence[str], profile: str, checks_dirs: Sequence[str], timeout: float) -> list[str]:
+    """The command each node runs inside its allocation: the profile, judged on the node itself."""
+    argv = [*clustercheck, "run", "--local", "-p", profile, "-f", "json", "--timeout", f"{timeout:g}"]
+    for folder in checks_dirs:
+        argv += ["--checks", folder]
+    return argv
+
+
+def time_limit_minutes(seconds: float) -> int:
+    """srun's --time for a run of `seconds`: whole minutes, with one to spare for the allocation."""
+    return max(1, math.ceil(seconds / 60)) + 1
+
+
+def srun_argv(
+    node: str,
+    command: Sequence[str],
+    *,
+    job_name: str,
+    seconds: float,
+    reservation: str | None = None,
+    partition: str | None = None,
+    srun: str = "srun",
+) -> list[str]:
+    """One exclusive allocation of `node` (no other job beside it) that gives up rather than wait
+    for a node a job took meanwhile (--immediate)."""
+    argv = [srun, "-w", node, "-N1", "-n1", "--exclusive", f"--immediate={IMMEDIATE_S}", f"--job-name={job_name}"]
+    argv.append(f"--time={time_limit_minutes(seconds)}")
+    if reservation:
+        argv.append(f"--reservation={reservation}")
+    if partition:
+        argv.append(f"--partition={partition}")
+    return [*argv, *command]
+
+
+def reservation_argv(
+    name: str, nodes: Sequence[str], *, user: str, minutes: int, scontrol: str = "scontrol"
+) -> list[str]:
+    """A reservation of `nodes` for the sweep's user. Without IGNORE_JOBS Slurm refuses it while a
+    job runs on one of them ("Requested nodes are busy"): no test ever lands beside a job. Its
+    duration ends it by itself should the sweep be killed outright."""
+    return [
+        scontrol,
+        "create",
+        "reservation",
+        f"ReservationName={name}",
+        f"Nodes={','.join(nodes)}",
+        "StartTime=now",
+        f"Duration={minutes}",
+        f"Users={user}",
+    ]
+
+
+def allocation_refused(stderr: str) -> bool:
+    """srun's words when the node was not given (busy, drained, reserved meanwhile)."""
+    words = ("Unable to allocate resources", "Requested nodes are busy", "Required node not available")
+    return any(w in stderr for w in words)
+
+
+# -- the second pass ---------------------------------------------------------------------------------
+
+
+def is_performance(check: CheckResult) -> bool:
+    return isinstance(check.data, Mapping) and check.data.get(PERFORMANCE) is True
+
+
+def needs_second_pass(checks: Sequence[CheckResult]) -> bool:
+    """A node whose every failure is a performance measurement is measured once more before a
+    drain; one that also fails otherwise is drained for that anyway."""
+    failed = [c for c in checks if c.status is Status.FAIL]
+    return bool(failed) and all(is_performance(c) for c in failed)
+
+
+def merge_passes(first: Sequence[CheckResult], second: Sequence[CheckResult] | None) -> tuple[CheckResult, ...]:
+    """The first pass's results, each failed performance check replaced by its second measurement
+    (which decides: pass or fail again), the first one kept in its evidence and data. A second pass
+    that did not measure (it could not run, or has no result for the check) makes it an `error`:
+    measured slow once is not evidence enough to drain."""
+    again = {c.id: c for c in second or ()}
+    merged: list[CheckResult] = []
+    for c in first:
+        if c.status is not Status.FAIL or not is_performance(c):
+            merged.append(c)
+            continue
+        then = {"status": c.status.value, "summary": c.summary}
+        said = f"first pass: {c.status.value}: {c.summary}"
+        later = again.get(c.id)
+        if later is None or later.status is Status.ERROR:
+            why = "its second pass did not run" if later is None else f"its second pass: {later.summary}"
+            merged.append(
+                replace(
+                    c,
+                    status=Status.ERROR,
+                    summary=f"measured once below the threshold ({c.summary}); {why}: not enough to drain",
+                    evidence=(said, *c.evidence),
+                    data={**c.data, "first_pass": then},
+                    action="",
+                )
+            )
+            continue
+        merged.append(
+            replace(
+                later,
+                summary=later.summary + (" (second pass; the first failed)" if later.status is not Status.FAIL else ""),
+                evidence=(said, *later.evidence),
+                data={**later.data, "first_pass": then, "second_pass": True},
+            )
+        )
+    return tuple(merged)
+
+
+# -- judging a node the sweep drained before ----------------------------------------------------------
+
+
+def retest_decision(decision: Decision, before: NodeState, entry: Mapping[str, Any]) -> Decision:
+    """What to do with a node the sweep had drained, resumed (inside a reservation) to test it again.
+
+    `decision` is slurm.decide on the node as it was before (drained by clustercheck, with its
+    record): `resume` means it passes, and it stays up; anything else (it still fails, or a check
+    could not tell) drains it again, with the new reason or the one it had."""
+    if decision.action == "resume":
+        return Decision("none", f"resumed: {decision.why}")
+    checks = tuple(str(c) for c in entry.get("checks") or ())
+    if decision.action == "drain" and decision.reason:
+        return Decision("drain", decision.why, decision.reason, decision.check, decision.checks)
+    return Decision("drain", f"drained again: {decision.why}", before.reason, entry.get("check"), checks)
+
+
+def skipped(node: str, why: str, status: Status = Status.SKIP) -> CheckResult:
+    """The merged report's entry for a node the profile did not run on (why: its state, or what
+    went wrong running it)."""
+    return CheckResult(SWEEP_CHECK, status, why)
