@@ -130,11 +130,18 @@ def test_a_taken_port_and_a_rank_exported_for_all_tasks_fail_the_step(slurm: Slu
     holder = socket.socket()
     holder.bind(("127.0.0.1", port))
     holder.listen()
+    profile = slurm.root / "site.yaml"  # the site's profile names the checkpoint storage.checkpoint_write judges
+    profile.write_text(
+        "name: site\ndescription: the site's nodes\nchecks:\n"
+        "  storage.checkpoint_write:\n    path: /tmp\n    checkpoint_size: 2TB\n"
+    )
     try:
         _, output = sbatch(
             slurm,
             "broken",
-            f'export MASTER_ADDR=127.0.0.1 MASTER_PORT={port} RANK=0\nsrun {" ".join(JOB)}\necho "srun exit $?"',
+            f"export MASTER_ADDR=127.0.0.1 MASTER_PORT={port} RANK=0\n"
+            f"srun {' '.join(JOB)} --profile {profile} --checkpoint-bandwidth 1GB/s\n"
+            'echo "srun exit $?"',
         )
     finally:
         holder.close()
@@ -145,6 +152,11 @@ def test_a_taken_port_and_a_rank_exported_for_all_tasks_fail_the_step(slurm: Slu
     for rank in (1, 2, 3):
         assert f"rank {rank}: RANK=0 but SLURM_PROCID={rank}: this task would join as rank 0" in output
     assert "rank 0: no --signal: the only warning is SIGTERM at the time limit, KillWait=30 s before SIGKILL" in output
+    # 2 TB over 2 nodes at 1 GB/s each: 1000 s, and only KillWait's 30 s after SIGTERM
+    assert (
+        "the checkpoint needs 16.7 min (2 TB over 2 nodes at 1 GB/s each): the checkpoint cannot be written" in output
+    )
+    assert "fix: Ask for a longer warning: #SBATCH --signal=USR1@1260" in output
     rows = [line.split() for line in output.splitlines() if re.match(r"^[0-3]\s+[01]\s", line)]
     assert [(r[0], r[1], r[-1]) for r in rows] == [
         ("0", "0", "fail"),

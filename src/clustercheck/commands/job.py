@@ -75,6 +75,14 @@ def job(
             "[default: read from the batch script's #SBATCH lines].",
         ),
     ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            "-p",
+            help="Take --checkpoint-size from this profile's storage.checkpoint_write (its checkpoint_size).",
+        ),
+    ] = None,
     require_env: Annotated[
         bool,
         typer.Option(
@@ -113,6 +121,8 @@ def job(
     env = dict(os.environ)
     task = launch.slurm_task(env, socket.gethostname())
     size = None
+    if checkpoint_size is None and profile is not None:
+        checkpoint_size = profile_checkpoint_size(profile)
     if checkpoint_size is not None:
         from clustercheck.registry import Size
 
@@ -154,6 +164,19 @@ def job(
     node = node_report(task, records, expected=task.tasks_on_node or 1)
     _emit(node, fmt)
     cli.state.exit_code = exit_code(node["status"], strict)
+
+
+def profile_checkpoint_size(ref: str) -> str:
+    """The checkpoint_size a profile gives storage.checkpoint_write (loads the profile and its checks)."""
+    from clustercheck import profile as profiles
+
+    prof = profiles.load(ref)
+    for c in prof.checks:
+        if c.id == "storage.checkpoint_write" and c.params.get("checkpoint_size"):
+            return str(int(c.params["checkpoint_size"]))
+    raise UsageError(
+        f"--profile {ref}: it runs no storage.checkpoint_write with a checkpoint_size; give --checkpoint-size"
+    )
 
 
 def exit_code(status: str, strict: bool) -> int:
