@@ -556,6 +556,10 @@ def _loopback_problems(log: Any, variant: str, expect: str, require_gdr: bool) -
         if f.status.value == "fail" and "transport error" not in f.message:
             action = "FIX_CONFIG"
             out.append((True, f.message, action))
+    inside = {k: v for k, v in channels.items() if k.startswith(("P2P", "SHM"))}
+    if inside and not log.net_channels:  # beside network channels, the NICs are proven all the same
+        shown = ", ".join(f"{v} channel(s) over {k}" for k, v in inside.items())
+        out.append((False, f"{shown}: this traffic did not go through the NICs (P2P/SHM not disabled?)", ""))
     if not log.net_channels:
         out.append(
             (False, "the log shows no network channel ('via NET/...'): cannot tell the traffic left the node", "")

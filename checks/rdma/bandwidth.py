@@ -164,7 +164,7 @@ def bandwidth(
     lows = [r for e in data["ports"].values() for r in e["runs"]]
     worst = min(lows, key=lambda r: r["fraction"] or 0.0)
     return ok(
-        f"{len(lows)} run(s) on {len(ports)} port(s), lowest {worst['gbps']:g} Gb/s = {worst['fraction']:.0%} "
+        f"{len(lows)} run(s) on {len(ports)} port(s), lowest {worst['gbps']:g} Gb/s = {worst['fraction']:.1%} "
         f"of the rate (at least {min_fraction:.0%})",
         data=data,
         evidence=evidence,

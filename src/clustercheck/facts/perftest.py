@@ -153,8 +153,9 @@ def parse_bw(text: str) -> BwRun:
         if row and in_table:
             size, iterations = int(row.group(1)), int(row.group(2))
             peak, average, rate = float(row.group(3)), float(row.group(4)), float(row.group(5))
-            rows.setdefault(size, BwRow(size, iterations, peak, average, rate))  # a repeat keeps the first
-            complete = False
+            if size not in rows:  # a repeat (the other end's copy of the row) keeps the first
+                rows[size] = BwRow(size, iterations, peak, average, rate)
+                complete = False  # until the separator that closes the table
             continue
         if _SEPARATOR.match(line):
             if rows:
@@ -236,7 +237,7 @@ def judge_bw(
     if rate_gbps is None or rate_gbps <= 0:
         return BwVerdict("error", "the port's rate is unknown", gbps, rate_gbps, None, row.size)
     fraction = gbps / rate_gbps
-    said = f"{gbps:.1f} Gb/s at {row.size} bytes = {fraction:.0%} of the port's {rate_gbps:g} Gb/s"
+    said = f"{gbps:.1f} Gb/s at {row.size} bytes = {fraction:.1%} of the port's {rate_gbps:g} Gb/s"
     if fraction < min_fraction:
         return BwVerdict("fail", said + f" (at least {min_fraction:.0%} expected)", gbps, rate_gbps, fraction, row.size)
     return BwVerdict("ok", said, gbps, rate_gbps, fraction, row.size)
