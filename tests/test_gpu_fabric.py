@@ -348,3 +348,19 @@ def test_affinity_nics_parameter_limits_the_judgement(tmp_path: Path) -> None:
     profile.write_text(yaml.safe_dump({"name": "p", "checks": {"gpu.affinity": {"nics": ["mlx5_0", "mlx5_1"]}}}))
     code, check = run_json("--replay", FIXTURES / "gpu-affinity-healthy", "-p", profile)
     assert code == 1 and check["status"] == "warn" and "GPU4: nearest NIC NIC0 (mlx5_0) is SYS" in check["summary"]
+
+
+def test_fabric_without_local_nvswitch_judges_the_gpus_only(tmp_path: Path) -> None:
+    fixture = tmp_path / "mnnvl"
+    shutil.copytree(FIXTURES / "gpu-fabric-healthy", fixture)
+    # a kernel log naming no nvidia-nvswitch device: the fabric manager is not asked about
+    peermem = (KLOG / "gpud-dmesg-peermem-invalid-context.log.txt").read_text()
+    (fixture / "commands" / "dmesg" / "stdout").write_text(peermem)
+    shutil.rmtree(fixture / "commands" / "systemctl_is-active_nvidia-fabricmanager")
+    code, check = run_json("--replay", fixture)
+    assert code == 0 and check["status"] == "ok" and "fabric manager not judged" in check["summary"]
+    # the multi-node GPU of kubernetes-sigs/dra-driver-nvidia-gpu#626: Completed/Success, Health Unhealthy
+    q = fixture / "commands" / "nvidia-smi_-q" / "stdout"
+    q.write_text(corpus("issue-dra-driver-626-nvidia-smi-q-grep-fabric-completed-health-unhealthy.txt"))
+    code, check = run_json("--replay", fixture)
+    assert code == 2 and check["action"] == "INVESTIGATE" and "fabric health Unhealthy" in check["summary"]

@@ -169,7 +169,12 @@ def fabric(host: Host, *, ignore_sxid: tuple[str, ...] = ()) -> Result:
             evidence=evidence,
             action="INVESTIGATE",
         )
-    where = f"{len(switches)} NVSwitches, fabric manager active" if switches else "multi-node NVLink fabric"
+    where = (
+        f"{len(switches)} NVSwitches, fabric manager active"
+        if switches
+        else "no local nvidia-nvswitch device in the kernel log (multi-node NVLink, or the boot lines rotated "
+        "out): fabric manager not judged"
+    )
     return ok(
         f"{where}; {len(attached)} GPUs with fabric Completed/Success; no SXid since boot"
         if attached
