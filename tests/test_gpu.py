@@ -279,14 +279,52 @@ def test_ecc_disabled_and_mode_change_pending(tmp_path: Path) -> None:
 
 
 def test_pcie_width_always_gen_only_when_asked(tmp_path: Path) -> None:
-    # the real A10G: Gen 1 of 4 (idle) at x8 of x16
+    # the real A10G of an AWS g5 VM: Gen 1 of 4 (idle) at x8 of x16, on a root bus (no port above it)
     folder = node(tmp_path, record=corpus_record("telegraf-nvidia-smi-q-x-A10G-515.xml.txt"))
     width = run(folder, "gpu.pcie_link")
-    assert width.status.value == "fail" and width.summary.endswith("PCIe link x8, expected x16")
+    assert width.status.value == "warn", width  # not a fail: a downgrade cannot be told from the design
+    assert "x8 of x16, slot width unknown" in width.summary and width.action == "INVESTIGATE"
+    assert "expected_width" in width.remedy
     assert run(folder, "gpu.pcie_link", expected_width=8).status.value == "ok"
+    below = run(folder, "gpu.pcie_link", expected_width=16)
+    assert below.status.value == "fail" and "PCIe link x8, expected x16 (GPU max x16)" in below.summary
     gen = run(folder, "gpu.pcie_link", expected_width=8, check_gen=True)
     assert gen.status.value == "warn" and "PCIe Gen 1, expected Gen 4" in gen.summary
     assert run(folder, "gpu.pcie_link", expected_width=8, check_gen=True, expected_gen=1).status.value == "ok"
+
+
+# The place of GPU 0 (bus 19) of an HGX H100 in /sys/devices, from the bridges of the real
+# `lspci -vvv` tests/corpus/pcie/gpud-lspci-vvv-hgx-8xH100-pex890xx-cx7.txt: root port 15:01.0,
+# PEX890xx switch 16:00.0, its downstream port 17:01.0 (LnkCap x16), the GPU 19:00.0.
+H100_GPU0_SYSFS = "/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/0000:19:00.0"
+
+
+def h100_q_record() -> dict[str, Any]:
+    from clustercheck.facts.nvidia_smi import parse_nvidia_smi_q
+
+    text = (SMI / "gpud-nvidia-smi-q-8xH100-535.161.08-fabric-completed.txt").read_text()
+    return parse_nvidia_smi_q(text).to_json()
+
+
+def test_pcie_downgrade_against_gpu_and_slot(tmp_path: Path) -> None:
+    record = h100_q_record()
+    record["gpus"][0]["pcie_width_current"] = 8  # edited: GPU 0 trained at x8 (a bad riser)
+    readlink = {("readlink", "-f", "/sys/bus/pci/devices/0000:19:00.0"): (0, H100_GPU0_SYSFS + "\n", "")}
+    port = "/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/max_link_width"
+    down = run(node(tmp_path / "a", record=record, commands=readlink, files={port: "16\n"}), "gpu.pcie_link")
+    assert down.status.value == "fail" and down.action == "REPLACE_HW"
+    assert "GPU 0 (GPU-ee7954ec-da95-fd7a-ddfd-c6b32cc2f8aa, 00000000:19:00.0): PCIe link x8, max x16" in down.summary
+    assert "upstream port 0000:17:01.0: max_link_width 16" in "\n".join(down.evidence)
+    # the same GPU in a slot wired x8: narrower by design, not a fault
+    design = run(node(tmp_path / "b", record=record, commands=readlink, files={port: "8\n"}), "gpu.pcie_link")
+    assert design.status.value == "ok" and "1 narrower by design" in design.summary, design
+    # the slot cannot be read (no recording): judged against the GPU alone, as before
+    unread = run(node(tmp_path / "c", record=record), "gpu.pcie_link")
+    assert unread.status.value == "fail" and "slot not read" in "\n".join(unread.evidence)
+    # all at full width: the slot is never asked
+    assert run(node(tmp_path / "d", record=h100_q_record()), "gpu.pcie_link").summary == (
+        "8 GPUs at full PCIe link width"
+    )
 
 
 def test_persistence_mode(tmp_path: Path) -> None:
@@ -535,3 +573,208 @@ def test_every_gpu_check_explains_itself() -> None:
         assert spec is not None and "Why:" in spec.doc and "How:" in spec.doc and "Fix:" in spec.doc
     proc = cli("explain", "gpu.xid")
     assert proc.returncode == 0 and "NVIDIA's XID catalog" in proc.stdout
+
+
+# -- power, clocks ---------------------------------------------------------------------------------
+
+
+def test_power_brake_and_hw_slowdown_fail_naming_each_gpu(tmp_path: Path) -> None:
+    result = run(node(tmp_path, record=h100_q_record()), "gpu.power")  # the real 535.161.08 capture
+    assert result.status.value == "fail" and result.action == "INVESTIGATE"
+    assert result.summary.count("HW power brake (the chassis/PSU asserted the power-brake signal)") == 8
+    assert "GPU 7 (GPU-b0fe4996-1f7c-91f6-0ccd-08ae3b7e23c5, 00000000:DB:00.0): clocks held back" in result.summary
+    assert "BMC" in result.remedy
+    assert result.data["facts"] == {"GPU power limit": "700 W"}
+
+
+def test_power_limit_application_clocks_and_pstate(tmp_path: Path) -> None:
+    a100 = corpus_record("telegraf-nvidia-smi-q-x-A100-SXM4-80GB-535.xml.txt")  # 500 W of 500 W, clocks at default
+    assert run(node(tmp_path / "a", record=a100), "gpu.power").status.value == "ok"
+    capped = copy.deepcopy(a100)
+    capped["gpus"][0]["power_limit_w"] = 400.0  # edited: capped with `nvidia-smi -pl 400`
+    low = run(node(tmp_path / "b", record=capped), "gpu.power")
+    assert low.status.value == "fail" and low.action == "FIX_CONFIG"
+    assert "power limit 400 W, its default is 500 W" in low.summary and "nvidia-smi -i N -pl" in low.remedy
+    assert run(node(tmp_path / "b2", record=capped), "gpu.power", power_limit=400).status.value == "ok"
+    assert "the profile's is 450 W" in run(node(tmp_path / "b3", record=a100), "gpu.power", power_limit=450).summary
+    slow = copy.deepcopy(a100)
+    slow["gpus"][0]["clocks_app_graphics_mhz"] = 1005  # edited: `nvidia-smi -ac 1593,1005`
+    pinned = run(node(tmp_path / "c", record=slow), "gpu.power")
+    assert pinned.status.value == "warn" and "graphics application clock 1005 MHz, default 1275 MHz" in pinned.summary
+    assert run(node(tmp_path / "c2", record=slow), "gpu.power", application_clocks=False).status.value == "ok"
+    a10g = node(tmp_path / "d", record=corpus_record("telegraf-nvidia-smi-q-x-A10G-515.xml.txt"))  # idle: P8
+    assert run(a10g, "gpu.power").status.value == "ok"
+    assert "performance state P8, expected P0" in run(a10g, "gpu.power", performance_state="P0").summary
+    assert run(a10g, "gpu.power", performance_state="fast").status.value == "error"
+
+
+def test_power_not_supported_skips_with_the_reason(tmp_path: Path) -> None:
+    # the healthy fixture's record predates power fields; a GPU whose NVML answered NOT_SUPPORTED says so
+    record = healthy_record()
+    for gpu in record["gpus"]:
+        gpu["clocks_event_reasons"] = None
+        gpu["unsupported"] = ["power_limit_w", "clocks_app_graphics_mhz", "clocks_event_reasons"]
+    result = run(node(tmp_path, record=record), "gpu.power")
+    assert result.status.value == "skip"
+    assert "power limit not supported by this GPU (NVML NOT_SUPPORTED)" in result.summary
+
+
+# -- processes left on a GPU -----------------------------------------------------------------------
+
+
+def test_processes_left_on_a_gpu_fail_naming_pid_and_user(tmp_path: Path) -> None:
+    t4 = corpus_record("telegraf-nvidia-smi-q-x-TeslaT4-515.xml.txt")  # python 5762 (1005 MiB) and Xorg (G)
+    ps = {("ps", "-o", "pid=,user=", "-p", "5762"): (0, "   5762 jdoe\n", "")}  # ps's format; the user modelled
+    result = run(node(tmp_path, record=t4, commands=ps), "gpu.processes")
+    assert result.status.value == "fail" and result.action == "FIX_CONFIG"
+    assert result.summary == (
+        "GPU 0 (GPU-d37e67a5-91dd-3774-a5cb-99096249601a, 00000000:00:1E.0): PID 5762 python "
+        "(user jdoe, 1005 MiB, type C)"
+    )
+    assert "kill" in result.remedy and "proctrack/cgroup" in result.remedy
+    gone = {("ps", "-o", "pid=,user=", "-p", "5762"): (1, "", "")}  # exited between NVML and ps
+    assert "(user ?, 1005 MiB" in run(node(tmp_path / "b", record=t4, commands=gone), "gpu.processes").summary
+    # Xorg alone is a graphics process: not a leftover of a compute job, unless asked
+    a10g = node(tmp_path / "c", record=corpus_record("telegraf-nvidia-smi-q-x-A10G-515.xml.txt"))
+    assert run(a10g, "gpu.processes").status.value == "ok"
+
+
+def test_memory_held_without_a_process_needs_a_reset(tmp_path: Path) -> None:
+    record = h100_q_record()
+    record["gpus"][3]["memory_used_mib"] = 30000  # edited: memory held, no process listed
+    result = run(node(tmp_path, record=record), "gpu.processes")
+    assert result.status.value == "fail" and result.action == "RESET_GPU"
+    assert "GPU 3 (" in result.summary
+    assert "30000 MiB of GPU memory used with no compute process listed" in result.summary
+    assert run(node(tmp_path / "b", record=record), "gpu.processes", max_memory_mib=40000).status.value == "ok"
+
+
+def test_processes_in_the_prolog_fail_the_job_start(tmp_path: Path) -> None:
+    folder = FIXTURES / "gpu-processes-left-4090"
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  gpu.processes:\n")
+    state = tmp_path / "state" / "s.json"
+    proc = cli("prolog", "--replay", folder, "--profile", profile, "--state-file", state, "--syslog-socket", "")
+    assert proc.returncode == 2, proc.stderr
+    (result,) = json.loads(state.read_text())["checks"]
+    assert result["status"] == "fail" and "PID 2010222 /usr/bin/python (user " in result["summary"]
+
+
+# -- XID chains, repeats and windows ----------------------------------------------------------------
+
+
+def kernel_log_node(tmp_path: Path, log: str, **files: str) -> Path:
+    folder = node(tmp_path, commands={("dmesg",): (0, log, "")}, files=dict(files) or None)
+    shutil.rmtree(folder / "commands" / "dmesg")
+    return folder
+
+
+def test_xid_45_caused_by_an_nvlink_xid_is_an_nvlink_failure(tmp_path: Path) -> None:
+    log = CORPUS / "kernel_log/issue-open-gpu-kernel-modules-1150-xid45-caused-by-previous-xid145-149-EXCERPT.txt"
+    result = run(kernel_log_node(tmp_path, log.read_text()), "gpu.xid")
+    assert result.status.value == "fail" and result.action == "RESET_GPU"
+    assert "XID 45 on GPU 0000:dc:00 x2 caused by previous XID 149 (NVLINK_NETIR_ERROR): an NVLink failure" in (
+        result.summary
+    )
+    for gpu in ("0000:ed:00", "0000:ba:00", "0000:97:00"):
+        assert f"XID 45 on GPU {gpu}" in result.summary
+    assert "nvidia-smi nvlink -s" in result.remedy
+    assert {e["root_cause"] for e in result.data["events"]} == {145, 149}
+    # the same XID 45 without the link is what the catalog says of it: the driver cleaned up after a killed process
+    plain = log.read_text().replace(" caused by previous Xid 149", "").replace(" caused by previous Xid 145", "")
+    assert run(kernel_log_node(tmp_path / "b", plain), "gpu.xid").status.value == "ok"
+
+
+def test_xid_nvlink5_lines_are_judged_by_their_fatal_word(tmp_path: Path) -> None:
+    lines = (CORPUS / "kernel_log/pr-gpud-1174-xid-149-145-94-kmsg-input-lines-SNIPPET.txt").read_text().splitlines()
+    fatal = run(kernel_log_node(tmp_path / "a", lines[0] + "\n"), "gpu.xid")
+    assert fatal.status.value == "fail" and "XID 149 on GPU 0019:01:00" in fatal.summary
+    nonfatal = run(kernel_log_node(tmp_path / "b", lines[2] + "\n"), "gpu.xid")  # 145 RLW_RXPIPE Nonfatal
+    assert nonfatal.status.value == "ok" and nonfatal.summary == "no fatal XID since boot (non-fatal: XID 145)"
+    # an XID 45 that a non-fatal 145 on the same GPU caused is judged by that line
+    chained = lines[2] + "\nNVRM: Xid (PCI:0018:01:00): 45, pid=7, name=python3, Ch 00000001 caused by previous Xid 145"
+    assert run(kernel_log_node(tmp_path / "c", chained), "gpu.xid").status.value == "ok"
+
+
+def test_xid_repeats_escalate_counting_each_burst_once(tmp_path: Path) -> None:
+    log = (CORPUS / "kernel_log/gpud-dmesg-decode-iso-repeated-xid13-xid43.log.txt").read_text()
+    folder = kernel_log_node(tmp_path, log)
+    result = run(folder, "gpu.xid")
+    assert result.status.value == "warn" and result.action == "INVESTIGATE"
+    assert "XID 13 on GPU 0000:38:00 in 9 separate occurrences since boot" in result.summary  # of 629 lines
+    assert "XID 43 on GPU 0000:38:00 in 7 separate occurrences" in result.summary
+    assert "dcgmi diag -r 3" in result.remedy
+    assert run(folder, "gpu.xid", repeat_threshold=10).status.value == "ok"
+    assert run(folder, "gpu.xid", repeat_threshold=0).status.value == "ok"
+    assert run(folder, "gpu.xid", repeat_fail=8).status.value == "fail"  # 13 fails at 9, 43 stays at 7
+    one = "\n".join(log.splitlines()[:16]) + "\n"  # one burst of XID 13 and its XID 43
+    assert run(kernel_log_node(tmp_path / "b", one), "gpu.xid").status.value == "ok"
+
+
+# /proc/stat of this project's test machine, with its btime line set to 2025-01-21T00:00:00Z
+PROC_STAT = (
+    "cpu  1863453 1398 771025 98311846 41312 0 13066 0 0 0\n"
+    "intr 262006153 0 9 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
+    "ctxt 575014356\nbtime 1737417600\nprocesses 2188131\nprocs_running 3\nprocs_blocked 0\n"
+)
+
+
+def test_xid_since_a_duration_or_a_time(tmp_path: Path) -> None:
+    log = (CORPUS / "kernel_log/gpud-dmesg-decode-iso-repeated-xid13-xid43.log.txt").read_text()
+    # up since 00:00, now 04:45 (17100 s): the XID 13 bursts run from 02:21 to 04:21
+    folder = kernel_log_node(tmp_path, log, **{"/proc/stat": PROC_STAT, "/proc/uptime": "17100.00 250000.10\n"})
+    recent = run(folder, "gpu.xid", since="30m")  # after 04:15: one burst
+    assert recent.status.value == "ok", recent
+    assert "judged: the last 30 min" in recent.evidence[0]
+    assert "from before the window, not judged" in "\n".join(recent.evidence)
+    since_three = run(folder, "gpu.xid", since="2025-01-21T03:00:00Z")
+    assert since_three.status.value == "warn" and "XID 13 on GPU 0000:38:00 in 7 separate occurrences" in (
+        since_three.summary
+    )
+    assert "in 9 separate occurrences" in run(folder, "gpu.xid", since="1d").summary
+    # dmesg's uptime stamps: the XID 79 of the fell-off fixture at 86412 s, now 86500 s
+    fell_off = (FIXTURES / "gpu-h100/xid79-fell-off-bus/commands/dmesg/stdout").read_text()
+    stamped = kernel_log_node(tmp_path / "b", fell_off, **{"/proc/stat": PROC_STAT, "/proc/uptime": "86500.5 1.0\n"})
+    assert run(stamped, "gpu.xid", since="1m").status.value == "ok"
+    assert run(stamped, "gpu.xid", since="2m").status.value == "fail"
+
+
+def test_xid_since_that_is_no_window_is_refused_at_the_profile_line(tmp_path: Path) -> None:
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  gpu.count:\n  gpu.xid: {since: yesterday}\n")
+    proc = cli("run", "--replay", HEALTHY, "--profile", profile)
+    assert proc.returncode == 64, proc.stdout + proc.stderr
+    assert f"{profile}:3" in proc.stderr and "not boot, previous, a duration" in proc.stderr
+
+
+@given(st.text(max_size=300))
+@settings(max_examples=200, deadline=None)
+def test_xid_since_parser_takes_any_text(text: str) -> None:
+    from clustercheck.facts.kernel_log import parse_since
+
+    try:
+        kind, _ = parse_since(text)
+    except ValueError as exc:
+        assert "since:" in str(exc)
+    else:
+        assert kind in ("boot", "previous", "duration", "time")
+
+
+def test_xid_parser_stays_linear_on_hostile_lines() -> None:
+    line = "NVRM: Xid (PCI:0000:18:00): 45, " + "pid=1, " * 50_000 + "caused by previous Xid " * 2000 + "149\n"
+    start = time.monotonic()
+    (event,) = parse_xids(line * 3)[:1]
+    assert event.xid == 45 and time.monotonic() - start < 2.0
+
+
+# -- drift facts ------------------------------------------------------------------------------------
+
+
+def test_firmware_ecc_and_power_limit_are_fleet_drift_facts(tmp_path: Path) -> None:
+    record = h100_q_record()
+    facts = run(node(tmp_path / "a", record=record), "gpu.count").data["facts"]
+    assert facts == {"GPUs visible": 8, "GPU VBIOS": "96.00.74.00.0D", "GPU InfoROM": "G520.0200.00.05"}
+    assert run(node(tmp_path / "b", record=record), "gpu.ecc").data["facts"] == {"GPU ECC mode": "on"}
+    record["gpus"][5]["vbios_version"] = "96.00.74.00.01"  # edited: one GPU on the other node's VBIOS
+    mixed = run(node(tmp_path / "c", record=record), "gpu.count").data["facts"]
+    assert mixed["GPU VBIOS"] == "96.00.74.00.01, 96.00.74.00.0D"

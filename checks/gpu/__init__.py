@@ -130,6 +130,21 @@ def slurm_gpu_count(host: Host, dirs: tuple[str, ...] = SLURM_DIRS) -> tuple[int
     return 0, f"{where} and gres.conf none: expected at least 1"
 
 
+def _distinct(values: Iterable[str | None]) -> str | None:
+    """The values the node's GPUs report, each once ('96.00.74.00.0D'); None when none reports one."""
+    seen = sorted({v for v in values if v})
+    return ", ".join(seen) if seen else None
+
+
+def _firmware_facts(answering: list[Gpu]) -> dict[str, str]:
+    """Fleet drift facts: the GPUs' VBIOS and InfoROM image versions."""
+    facts = {
+        "GPU VBIOS": _distinct(g.vbios_version for g in answering),
+        "GPU InfoROM": _distinct(g.inforom_image for g in answering),
+    }
+    return {k: v for k, v in facts.items() if v is not None}
+
+
 # -- count, model -------------------------------------------------------------------------
 
 
@@ -165,7 +180,7 @@ def count(host: Host, *, expected: int = 0, slurm_expected: bool = False) -> Res
         "expected": expected,
         "lost": [g.to_json() for g in lost],
         "models": names,
-        "facts": {"GPUs visible": len(answering)},
+        "facts": {"GPUs visible": len(answering), **_firmware_facts(answering)},
     }
     evidence = _evidence(record, answering) + [f"{g.label}: {g.error}" for g in lost] + configured
     problems = [f"{g.label}: {g.error}" for g in lost]
@@ -358,7 +373,13 @@ def ecc(host: Host, *, require_enabled: bool = True) -> Result:
             f"{_yn(g.remap_pending)}, remap failure {_yn(g.remap_failure)}, retired pages "
             f"{_n(g.retired_pages_dbe)} dbe / {_n(g.retired_pages_sbe)} sbe, pending {_yn(g.retired_pages_pending)}"
         )
-    data = {"gpus": [g.to_json() for g in usable], "failures": failures, "warnings": warnings}
+    modes = _distinct(None if g.ecc_current is None else "on" if g.ecc_current else "off" for g in usable)
+    data = {
+        "gpus": [g.to_json() for g in usable],
+        "failures": failures,
+        "warnings": warnings,
+        "facts": {"GPU ECC mode": modes} if modes else {},
+    }
     if not judged:
         return skip(f"no GPU here supports ECC ({_index_list(usable)})", data=data, evidence=evidence)
     if failures:
@@ -388,45 +409,113 @@ def _yn(value: bool | None) -> str:
 
 # -- PCIe link ------------------------------------------------------------------------------
 
+_BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]$")
 
-@check(needs=["probe nvml"], timeout=20)
+
+def sysfs_bdf(bus_id: str) -> str | None:
+    """NVML's '00000000:3A:00.0' -> sysfs's '0000:3a:00.0'; None for anything else."""
+    m = re.fullmatch(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-9A-Fa-f])", bus_id.strip())
+    if m is None or int(m.group(1), 16) > 0xFFFF:
+        return None
+    return f"{int(m.group(1), 16):04x}:{m.group(2).lower()}:{m.group(3).lower()}.{m.group(4).lower()}"
+
+
+def on_root_bus(bus_id: str) -> bool:
+    """A GPU on bus 00 of its domain has no upstream port: a VM's pass-through device (AWS, Azure)."""
+    bdf = sysfs_bdf(bus_id)
+    return bdf is not None and bdf[5:7] == "00"
+
+
+def slot_width(host: Host, bus_id: str) -> tuple[int | None, str]:
+    """(the maximum width of the port above the GPU, what was read): the slot side of the link.
+
+    `readlink -f /sys/bus/pci/devices/BDF` gives the device's place in /sys/devices; the folder
+    above it is the upstream (root or switch downstream) port, whose `max_link_width` is its
+    Link Capabilities width (LnkCap). None when the GPU sits on a root bus or nothing could be read.
+    """
+    bdf = sysfs_bdf(bus_id)
+    if bdf is None:
+        return None, f"bus id {bus_id!r} is not a PCI address"
+    if on_root_bus(bus_id):
+        return None, f"{bdf} sits on a root bus (a VM's pass-through): no upstream port to read the slot's width from"
+    try:
+        result = host.run("readlink", "-f", f"/sys/bus/pci/devices/{bdf}")
+        path = result.stdout.strip()
+        if not result.ok or not path.startswith("/sys/devices/") or "\n" in path:
+            return None, f"slot not read: `readlink -f /sys/bus/pci/devices/{bdf}` {result.describe()}"
+        parent = path.rsplit("/", 1)[0]
+        if not _BDF_RE.match(parent.rsplit("/", 1)[-1]):
+            return None, f"{path}: the GPU sits on a root bus, no upstream port"
+        text = (host.read_optional(parent + "/max_link_width") or "").strip()
+    except HostError as exc:  # not recorded in a fixture, a read that failed: judged against the GPU alone
+        return None, f"slot not read: {exc}"
+    if not text.isdigit() or not 0 < int(text) <= 32:
+        return None, f"{parent}/max_link_width is {text or 'absent'}"
+    return int(text), f"upstream port {parent.rsplit('/', 1)[-1]}: max_link_width {text}"
+
+
+@check(
+    needs=["probe nvml", "command readlink", "file /sys/devices/.../max_link_width"],
+    timeout=20,
+    action="REPLACE_HW",
+)
 def pcie_link(host: Host, *, expected_width: int = 0, check_gen: bool = False, expected_gen: int = 0) -> Result:
-    """Every GPU's PCIe link runs at full width (and generation, when asked).
+    """Every GPU's PCIe link runs as wide as the GPU and its slot allow (and as fast, when asked).
 
     Why: a GPU that trained its link at x8 instead of x16 (a bad riser, a dirty slot, a
     marginal retimer) halves host-device bandwidth: data loading and NCCL traffic that
-    crosses PCIe slow down for the whole job, with no error anywhere.
+    crosses PCIe slow down for the whole job, with no error anywhere. But some platforms wire
+    a x16 card to a x8 slot by design: that is no fault, and failing it cries wolf.
 
-    How: current against maximum link width per GPU (or against `expected_width`, for
-    platforms whose slots are narrower than the GPU); a narrower link fails. The link
-    generation is judged only with `check_gen`, because idle GPUs downshift (Gen 1 at idle
-    is normal): then a generation below `expected_gen` (or the maximum) warns; run the
+    How: per GPU, the current link width against what the link can do: `expected_width` when
+    the profile gives it (the platform's known width), else the lower of the GPU's maximum
+    (NVML/nvidia-smi) and the maximum width of the port above it in sysfs (`readlink -f
+    /sys/bus/pci/devices/BDF`, then that port's `max_link_width`, the slot's LnkCap). Narrower
+    than that is a downgrade and fails, naming the GPU, current against maximum. A GPU
+    narrower than its own maximum whose slot cannot be read (a VM's pass-through GPU sits on a
+    root bus with no port above it, e.g. the A10G of AWS g5 at x8 of x16) warns: it cannot be
+    told from a design choice; give `expected_width` to judge it. The generation is judged only
+    with `check_gen`, because idle GPUs downshift (Gen 1 at idle is normal): then a generation
+    below `expected_gen` (or the lower of the GPU's and the host's maximum) warns; run the
     check under load to trust it.
 
     Fix: reseat the GPU or riser, inspect the slot, update the BMC/retimer firmware; `lspci
-    -vv -s BUS` shows LnkSta against LnkCap.
+    -vv -s BUS` shows LnkSta against LnkCap. A platform narrower by design: set
+    `expected_width` in the profile.
     """
     record = gpus(host)
     usable = _usable(record)
     if isinstance(usable, Result):
         return usable
-    narrow, slow, evidence = [], [], _evidence(record)
+    narrow, unknown, slow, evidence = [], [], [], _evidence(record)
+    by_design = 0
     for g in usable:
         if g.pcie_width_current is None:
-            evidence.append(f"{g.label}: link width not reported")
+            evidence.append(f"{g.label}: link width {g.why_missing('pcie_width_current')}")
             continue
-        want = expected_width or g.pcie_width_max or 0
-        evidence.append(
-            f"{g.label}: PCIe Gen {_n(g.pcie_gen_current)} of {_n(g.pcie_gen_max)}, "
-            f"x{g.pcie_width_current} of x{_n(g.pcie_width_max)}"
-        )
-        if g.pcie_width_current < want:
-            narrow.append(f"{g.label} PCIe link x{g.pcie_width_current}, expected x{want}")
-        gen_want = expected_gen or g.pcie_gen_max or 0
+        current, top = g.pcie_width_current, g.pcie_width_max
+        line = f"{g.label}: PCIe Gen {_n(g.pcie_gen_current)} of {_n(g.pcie_gen_max)}, x{current} of x{_n(top)}"
+        if expected_width:
+            if current < expected_width:
+                narrow.append(f"{g.label}: PCIe link x{current}, expected x{expected_width} (GPU max x{_n(top)})")
+        elif top is not None and current < top:
+            slot, said = slot_width(host, g.pci_bus_id or "")
+            line += f"; {said}"
+            if slot is None and on_root_bus(g.pci_bus_id or ""):
+                unknown.append(f"{g.label}: PCIe link x{current} of x{top}, slot width unknown")
+            elif slot is not None and current >= min(slot, top):
+                by_design += 1
+                line += f" (x{current} is all the slot offers)"
+            else:
+                want = min(slot, top) if slot is not None else top
+                narrow.append(f"{g.label}: PCIe link x{current}, max x{want} (GPU x{top}, slot x{_n(slot)})")
+        evidence.append(line)
+        maxima = [x for x in (g.pcie_gen_device_max, g.pcie_gen_host_max, g.pcie_gen_max) if x is not None]
+        gen_want = expected_gen or (min(maxima) if maxima else 0)
         if check_gen and g.pcie_gen_current is not None and g.pcie_gen_current < gen_want:
-            slow.append(f"{g.label} PCIe Gen {g.pcie_gen_current}, expected Gen {gen_want}")
-    data = {"narrow": narrow, "slow": slow}
-    if len(evidence) == 1 + len(usable) and all("not reported" in e for e in evidence[1:]):
+            slow.append(f"{g.label}: PCIe Gen {g.pcie_gen_current}, expected Gen {gen_want}")
+    data = {"narrow": narrow, "slow": slow, "unknown": unknown}
+    if all(g.pcie_width_current is None for g in usable):
         return skip("no GPU reports its PCIe link", data=data, evidence=evidence)
     if narrow:
         return fail(
@@ -436,15 +525,28 @@ def pcie_link(host: Host, *, expected_width: int = 0, check_gen: bool = False, e
             data=data,
             evidence=evidence,
         )
-    if slow:
+    if unknown or slow:
+        parts = []
+        if unknown:
+            parts.append("; ".join(unknown) + " (a VM's pass-through GPU: cannot tell a downgrade from the design)")
+        if slow:
+            parts.append("; ".join(slow) + " (idle GPUs downshift: confirm under load)")
         return warn(
-            "; ".join(slow) + " (idle GPUs downshift: confirm under load)",
-            remedy="Check again under load; if the link stays slow, reseat and check BIOS PCIe settings.",
+            "; ".join(parts),
+            remedy=(
+                "Give the platform's link width as `expected_width` (the cloud's instance documentation says it). "
+                if unknown
+                else ""
+            )
+            + ("Check again under load; if the link stays slow, reseat and check BIOS PCIe settings." if slow else ""),
+            action="INVESTIGATE",
             data=data,
             evidence=evidence,
         )
+    design = f" ({by_design} narrower by design: the slot is no wider)" if by_design else ""
+    widths = "the expected PCIe link width" if expected_width else "full PCIe link width"
     return ok(
-        f"{len(usable)} GPUs at full PCIe link width" + (" and generation" if check_gen else ""),
+        f"{len(usable)} GPUs at {widths}" + (" and generation" if check_gen else "") + design,
         data=data,
         evidence=evidence,
     )
@@ -549,6 +651,254 @@ def throttle(
     return ok(f"{len(usable)} GPUs: no hardware slowdown{temp}", data=data, evidence=evidence)
 
 
+# -- power, clocks -------------------------------------------------------------------------------
+
+_HELD_BACK_FAIL = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+_HELD_BACK_WARN = ("sw_thermal_slowdown",)
+_REASON_WORDS = {
+    "hw_slowdown": "HW slowdown (the board cut its clocks: power or thermal emergency)",
+    "hw_thermal_slowdown": "HW thermal slowdown (the GPU is too hot)",
+    "hw_power_brake_slowdown": "HW power brake (the chassis/PSU asserted the power-brake signal)",
+    "sw_thermal_slowdown": "SW thermal slowdown (the driver lowers clocks to stay under its temperature target)",
+}
+
+
+def _watts_text(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:g} W"
+
+
+@check(needs=["probe nvml"], timeout=20, action="FIX_CONFIG")
+def power(
+    host: Host,
+    *,
+    power_limit: float = 0,
+    tolerance: float = 1.0,
+    application_clocks: bool = True,
+    performance_state: str = "",
+) -> Result:
+    """Power limit at the default (or `power_limit` W), application clocks not lowered, no clocks held back.
+
+    Why: a power cap left below the default by a previous job, an admin's experiment or a
+    power-capping service (`nvidia-smi -pl`), or application clocks pinned low (`nvidia-smi
+    -ac`), slows that GPU and so every rank of a synchronous job; so do the clock event
+    reasons that mean the hardware itself holds the clocks back: HW slowdown, HW thermal
+    slowdown and the power brake the chassis asserts when its power supplies cannot carry the
+    load.
+
+    How: per GPU from NVML/nvidia-smi: the enforced power limit against `power_limit` (W; 0:
+    the GPU's default limit), within `tolerance` W; with `application_clocks`, the graphics and
+    memory application clocks against their defaults; with `performance_state` (e.g. `P0`),
+    the current P-state (idle GPUs sit at P8: only set it for a check under load); the active
+    clock event reasons: hw_slowdown, hw_thermal_slowdown and hw_power_brake_slowdown fail,
+    sw_thermal_slowdown warns, the software power cap (drawing at the limit) and idle are
+    reported only. A value the GPU does not support (NVML NOT_SUPPORTED, "N/A") is not judged;
+    a GPU that reports none of them skips. The power limit is a fleet drift fact.
+
+    Fix: `nvidia-smi -i N -pl WATTS` back to the default (`-q -d POWER` shows it) and find what
+    set it (a power-capping service, the previous job's prolog); `nvidia-smi -i N -rac` resets
+    application clocks; for a power brake or HW slowdown check the power supplies and fans in
+    the BMC (`ipmitool sel list`), then reseat or RMA the board if it persists.
+    """
+    want_state = performance_state.strip().upper()
+    if want_state and not re.fullmatch(r"P\d{1,2}", want_state):
+        raise ValueError(f"performance_state: {performance_state!r} is not a P-state such as P0")
+    if power_limit < 0 or tolerance < 0:
+        raise ValueError("power_limit and tolerance are watts, not negative")
+    record = gpus(host)
+    usable = _usable(record)
+    if isinstance(usable, Result):
+        return usable
+    failures, warnings, evidence = [], [], _evidence(record)
+    judged, held_back = 0, False
+    limits: set[str] = set()
+    for g in usable:
+        reasons = g.clocks_event_reasons
+        evidence.append(
+            f"{g.label}: power limit {_watts_text(g.power_limit_w)} (default {_watts_text(g.power_limit_default_w)}, "
+            f"range {_watts_text(g.power_limit_min_w)}-{_watts_text(g.power_limit_max_w)}), draw "
+            f"{_watts_text(g.power_draw_w)}, {g.performance_state or 'P-state n/a'}, application clocks "
+            f"{_n(g.clocks_app_graphics_mhz)}/{_n(g.clocks_app_memory_mhz)} MHz (default "
+            f"{_n(g.clocks_default_app_graphics_mhz)}/{_n(g.clocks_default_app_memory_mhz)}), clock event reasons "
+            + (", ".join(reasons) if reasons else "none" if reasons is not None else "n/a")
+        )
+        seen = False
+        want = power_limit or g.power_limit_default_w
+        if g.power_limit_w is not None:
+            limits.add(f"{g.power_limit_w:g} W")
+            if want is not None:
+                seen = True
+                if abs(g.power_limit_w - want) > tolerance:
+                    source = "the profile's" if power_limit else "its default"
+                    failures.append(f"{g.label}: power limit {g.power_limit_w:g} W, {source} is {want:g} W")
+        elif power_limit:
+            evidence.append(f"{g.label}: power limit {g.why_missing('power_limit_w')}")
+        if application_clocks:
+            for kind, now, default in (
+                ("graphics", g.clocks_app_graphics_mhz, g.clocks_default_app_graphics_mhz),
+                ("memory", g.clocks_app_memory_mhz, g.clocks_default_app_memory_mhz),
+            ):
+                if now is not None and default is not None:
+                    seen = True
+                    if now < default:
+                        warnings.append(f"{g.label}: {kind} application clock {now} MHz, default {default} MHz")
+        if want_state and g.performance_state is not None:
+            seen = True
+            if g.performance_state != want_state:
+                warnings.append(f"{g.label}: performance state {g.performance_state}, expected {want_state}")
+        if reasons is not None:
+            seen = True
+            bad = [r for r in reasons if r in _HELD_BACK_FAIL]
+            iffy = [r for r in reasons if r in _HELD_BACK_WARN]
+            if bad:
+                held_back = True
+                failures.append(f"{g.label}: clocks held back: " + "; ".join(_REASON_WORDS[r] for r in bad))
+            if iffy:
+                warnings.append(f"{g.label}: clocks held back: " + "; ".join(_REASON_WORDS[r] for r in iffy))
+        judged += seen
+    data = {
+        "failures": failures,
+        "warnings": warnings,
+        "facts": {"GPU power limit": ", ".join(sorted(limits))} if limits else {},
+    }
+    if not judged:
+        why = "; ".join(f"{g.label}: power limit {g.why_missing('power_limit_w')}" for g in usable[:4])
+        return skip(
+            f"no GPU reports its power limit, application clocks or clock event reasons ({why})",
+            data=data,
+            evidence=evidence,
+        )
+    remedy = (
+        "`nvidia-smi -i N -pl WATTS` back to the default (`nvidia-smi -q -d POWER`) and find what lowered it; "
+        "`nvidia-smi -i N -rac` resets application clocks"
+    )
+    if held_back:
+        remedy += "; for a power brake or HW slowdown check the power supplies, fans and inlet temperature in the BMC"
+    if failures:
+        return fail(
+            "; ".join(failures + warnings),
+            remedy=remedy + ".",
+            action="INVESTIGATE" if held_back else "FIX_CONFIG",
+            data=data,
+            evidence=evidence,
+        )
+    if warnings:
+        return warn("; ".join(warnings), remedy=remedy + ".", data=data, evidence=evidence)
+    limit_text = ", ".join(sorted(limits)) or "n/a"
+    return ok(
+        f"{judged} GPUs: power limit {limit_text} as expected, application clocks at default, "
+        "nothing holds clocks back",
+        data=data,
+        evidence=evidence,
+    )
+
+
+# -- processes left on a GPU ----------------------------------------------------------------------
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse_ps_users(text: str) -> dict[int, str]:
+    """`ps -o pid=,user= -p PIDS` -> {pid: user}."""
+    users = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit():
+            users[int(parts[0])] = parts[1]
+    return users
+
+
+@check(needs=["probe nvml", "command ps"], timeout=20, action="FIX_CONFIG")
+def processes(host: Host, *, max_memory_mib: int = 256, graphics: bool = False) -> Result:
+    """No compute process and no GPU memory is left on any GPU before a job starts.
+
+    Why: a process of the previous job that outlived it (a dataloader worker, an orphaned
+    rank, a `nohup` a user left) keeps its GPU memory and its share of the GPU: the next job
+    runs out of memory at start ("CUDA out of memory" with nothing of its own allocated) or
+    runs slowly beside it. Memory held with no process visible (a process in another PID
+    namespace, a context the driver did not free) does the same.
+
+    How: per GPU, NVML's running compute processes (`nvidia-smi -q -x` `<processes>` over
+    SSH), with each process's user from `ps -o pid=,user= -p PIDS`; graphics-only processes
+    (Xorg) are left out unless `graphics`. A compute process fails (FIX_CONFIG: the job's
+    cleanup left it), naming GPU, PID, process, user and memory; more than `max_memory_mib`
+    MiB of GPU memory used with no process to show for it fails (RESET_GPU). In a prolog no
+    job of this allocation runs yet, so any compute process is a leftover.
+
+    Fix: `kill PID` (and find why the previous job's processes outlived it: Slurm's
+    `ProctrackType=proctrack/cgroup` with `KillWait`, an epilog that kills what is left on
+    the GPUs); memory held without a process: `nvidia-smi -r -i N` (reset the GPU) or reboot.
+    """
+    if max_memory_mib < 0:
+        raise ValueError("max_memory_mib is MiB, not negative")
+    record = gpus(host)
+    usable = _usable(record)
+    if isinstance(usable, Result):
+        return usable
+    known = [g for g in usable if g.processes is not None or g.memory_used_mib is not None]
+    if not known:
+        why = "; ".join(f"{g.label}: processes {g.why_missing('processes')}" for g in usable[:4])
+        return skip(f"no GPU reports its processes or memory use ({why})", evidence=_evidence(record))
+    found = [(g, p) for g in known for p in g.processes or () if graphics or p.type is None or "C" in p.type]
+    users: dict[int, str] = {}
+    evidence = _evidence(record)
+    if found:
+        pids = ",".join(sorted({str(p.pid) for _, p in found}, key=int))
+        result = host.run("ps", "-o", "pid=,user=", "-p", pids)
+        users = parse_ps_users(result.stdout)
+        if not users:
+            evidence.append(f"`ps -o pid=,user= -p {pids}` {result.describe()}: users not known")
+    leftovers = [
+        f"{g.label}: PID {p.pid} {_short(p.name or '?')} (user {users.get(p.pid, '?')}, "
+        f"{_n(p.used_memory_mib)} MiB, type {p.type or '?'})"
+        for g, p in found
+    ]
+    held = []
+    for g in known:
+        listed = sum(p.used_memory_mib or 0 for p in g.processes or ())
+        evidence.append(
+            f"{g.label}: {_n(g.memory_used_mib)} of {_n(g.memory_total_mib)} MiB used, "
+            f"{len(g.processes) if g.processes is not None else 'n/a'} process(es)"
+        )
+        if (
+            g.memory_used_mib is not None
+            and g.memory_used_mib - listed > max_memory_mib
+            and not any(gg is g for gg, _ in found)
+        ):
+            held.append(f"{g.label}: {g.memory_used_mib} MiB of GPU memory used with no compute process listed")
+    data = {
+        "processes": [
+            {
+                "gpu": g.index,
+                "pid": p.pid,
+                "name": p.name,
+                "user": users.get(p.pid),
+                "used_memory_mib": p.used_memory_mib,
+            }
+            for g, p in found
+        ],
+        "memory_held": held,
+    }
+    if leftovers or held:
+        remedy = []
+        if leftovers:
+            remedy.append(
+                "kill the leftover processes (`kill PID`) and make the job's end take them along "
+                "(ProctrackType=proctrack/cgroup, an epilog that kills what is left on the GPUs)"
+            )
+        if held:
+            remedy.append("reset the GPU (`nvidia-smi -r -i N`) or reboot to free memory no process holds")
+        return fail(
+            "; ".join(leftovers + held),
+            remedy="; ".join(remedy).capitalize() + ".",
+            action="FIX_CONFIG" if leftovers else "RESET_GPU",
+            data=data,
+            evidence=evidence,
+        )
+    return ok(f"{len(known)} GPUs: no compute process, no GPU memory left", data=data, evidence=evidence)
+
+
 # -- XID events -----------------------------------------------------------------------------
 
 
@@ -637,10 +987,17 @@ def _groups(events: list[XidEvent]) -> list[_Group]:
     return groups
 
 
-def _chained_fatal(group: _Group) -> bool:
-    """A chain's first XID is judged by its root: an XID 45 caused by a fatal XID 149 is fatal."""
+def _chained_fatal(group: _Group, events: list[XidEvent]) -> bool:
+    """A chain's first XID is judged by its root: an XID 45 caused by a fatal XID 149 is fatal.
+
+    The root's own line, where the log holds it (the latest before the chain on that GPU),
+    says Fatal or Nonfatal for the NVLink5 XIDs; without it the catalog judges the root.
+    """
     if group.root == group.xid:
         return group.first.fatal
+    earlier = [e for e in events if e.pci == group.pci and e.xid == group.root and e.line < group.first.line]
+    if earlier:
+        return earlier[-1].fatal
     info = group.root_info
     return info.fatal if info else False
 
@@ -765,7 +1122,7 @@ def xid(
     if len(events) > 200:
         evidence.append(f"... and {len(events) - 200} more XID lines")
     groups = _groups(events)
-    fatal = [g for g in groups if _chained_fatal(g)]
+    fatal = [g for g in groups if _chained_fatal(g, events)]
     unknown = [g for g in groups if g not in fatal and (g.root_info is None)]
     repeated = [
         g
