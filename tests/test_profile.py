@@ -21,7 +21,7 @@ from clustercheck.errors import ProfileError, UsageError
 from clustercheck.registry import Size
 
 GiB = 1024**3
-BUNDLED = ["base", "gpu-node", "h100-ib", "prolog", "prolog-cpu"]
+BUNDLED = ["base", "deep", "gpu-node", "h100-ib", "prolog", "prolog-cpu"]
 
 
 def problems(path: Path) -> list[str]:
@@ -92,7 +92,7 @@ def test_prolog_sets_per_check_timeouts() -> None:
 
 
 def test_missing_profile_names_the_bundled_ones(tmp_path: Path) -> None:
-    bundled = r"\(base, gpu-node, h100-ib, prolog-cpu, prolog\)"
+    bundled = r"\(base, deep, gpu-node, h100-ib, prolog-cpu, prolog\)"
     with pytest.raises(UsageError, match=r"profile 'nope' not found: .*" + bundled):
         profile.load("nope")
     with pytest.raises(UsageError, match="not found"):
