@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.helpers import REPO, cli
 from tests.slurm_cluster import free_ports
 
@@ -190,6 +192,48 @@ def test_garbage_names_the_variable(name: str, value: str) -> None:
         task = launch.slurm_task(env)
         launch.launch_env(env, task)
     assert name in str(caught.value)
+
+
+VARIABLES = (
+    "SLURM_JOB_ID",
+    "SLURM_STEP_ID",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_JOB_NODELIST",
+    "SLURM_STEP_NODELIST",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_STEP_GPUS",
+    "SLURMD_NODENAME",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
+_TEXT = st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet="0123456789[]-,()x ", max_size=30),
+    st.integers(min_value=-(10**12), max_value=10**12).map(str),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(VARIABLES), _TEXT, min_size=1, max_size=4), st.integers(0, 3))
+def test_any_value_of_any_variable_is_read_or_refused_by_name(garbage: dict[str, str], rank: int) -> None:
+    env = {k: v.replace("\0", "") for k, v in step_env(rank, **garbage).items()}
+    try:
+        task = launch.slurm_task(env)
+        values, found = launch.launch_env(env, task)
+    except UsageError as exc:
+        said = str(exc)
+        assert any(name in said for name in garbage) or "not inside a Slurm job" in said or "this node" in said, said
+        return
+    assert set(values) == {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} - (
+        set() if task.ntasks is not None else {"WORLD_SIZE"}
+    )
+    assert all(f.status in ("ok", "warn", "fail") for f in found)
 
 
 def test_garbage_in_the_cli_is_exit_64_naming_it_without_a_traceback(tmp_path: Path) -> None:

@@ -695,7 +695,9 @@ def rdma_findings(
 def _gather_folder(gather: Path | None, task: Task) -> Path | None:
     """A folder of this job step's records, private to this user; None when it cannot be had."""
     base = gather if gather is not None else Path(os.environ.get("TMPDIR") or "/tmp")
-    folder = base / f"clustercheck-job-{os.getuid()}-{task.job_id}.{task.step_id}"
+    restarts = "".join(c for c in os.environ.get("SLURM_RESTART_COUNT", "0") if c.isdigit())[:6] or "0"
+    # a requeued job runs its steps again under the same id: its restart count keeps them apart
+    folder = base / f"clustercheck-job-{os.getuid()}-{task.job_id}.{task.step_id}.{restarts}"
     try:
         folder.mkdir(mode=0o700, parents=gather is not None, exist_ok=True)
         st = folder.lstat()
