@@ -367,3 +367,206 @@ def library_problems(libraries: Iterable[str], providers: Sequence[str], where: 
         if name not in found:
             problems.append(f"no {name} verbs provider (lib{name}-rdmav*.so) {where}")
     return problems
+
+
+# -- port error counters and link flaps (rdma.counters) ------------------------------------------
+# Widths of the PortCounters attributes the kernel shows under counters/ (drivers/infiniband/core/
+# sysfs.c, PORT_PMA_ATTR(name, counter, width, offset)): IBA error counters do not wrap, they stop
+# at all ones, so a counter at its maximum can no longer count (saturated). hw_counters/ (mlx5 Q
+# counters and the like) are 32-bit and wrap.
+PMA_WIDTHS: dict[str, int] = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "port_xmit_discards": 16,
+    "port_xmit_constraint_errors": 8,
+    "port_rcv_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "VL15_dropped": 16,
+}
+HW_COUNTER_BITS = 32
+
+
+class PortCounters(NamedTuple):
+    """One port's counters as read from sysfs: counters/ (IB PMA) and hw_counters/ (driver)."""
+
+    hca: str
+    port: int
+    counters: dict[str, int]
+    hw_counters: dict[str, int]
+
+    @property
+    def label(self) -> str:
+        return f"{self.hca} port {self.port}"
+
+    def value(self, name: str) -> int | None:
+        if name in self.counters:
+            return self.counters[name]
+        return self.hw_counters.get(name)
+
+
+_COUNTER_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/ports/(\d{1,4})/(counters|hw_counters)/([A-Za-z0-9_]{1,80})$")
+_PORT_ATTR_RE = re.compile(r"^/sys/class/infiniband/([^/]+)/ports/(\d{1,4})/(link_layer|state)$")
+
+
+def parse_counters(lines: Iterable[str]) -> dict[tuple[str, int], PortCounters]:
+    """`grep -H . .../ports/*/counters/* .../hw_counters/*` lines -> {(HCA, port): counters}.
+
+    A value that is not a decimal number (a driver's odd file, a cut line) is left out: what
+    was not read is not a zero.
+    """
+    ports: dict[tuple[str, int], PortCounters] = {}
+    for line in lines:
+        path, sep, value = line.partition(":")
+        if not sep:
+            continue
+        m = _COUNTER_RE.match(path)
+        value = value.strip()
+        if not m or not value.isascii() or not value.isdigit() or len(value) > 20:
+            continue
+        key = (m.group(1), int(m.group(2)))
+        entry = ports.get(key)
+        if entry is None:
+            entry = ports[key] = PortCounters(key[0], key[1], {}, {})
+        (entry.counters if m.group(3) == "counters" else entry.hw_counters)[m.group(4)] = int(value)
+    return dict(sorted(ports.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1])))
+
+
+def parse_port_attrs(lines: Iterable[str]) -> dict[tuple[str, int], dict[str, str]]:
+    """`grep -H . .../ports/*/link_layer .../ports/*/state` lines -> {(HCA, port): {attr: value}}."""
+    ports: dict[tuple[str, int], dict[str, str]] = {}
+    for line in lines:
+        path, sep, value = line.partition(":")
+        m = _PORT_ATTR_RE.match(path) if sep else None
+        if m:
+            ports.setdefault((m.group(1), int(m.group(2))), {})[m.group(3)] = value.strip()
+    return dict(sorted(ports.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1])))
+
+
+class Delta(NamedTuple):
+    """How a counter moved between two readings."""
+
+    name: str
+    before: int
+    after: int
+    increase: int | None  # None when it went backwards (a reset, or a 32-bit counter that wrapped)
+    saturated: bool  # at its maximum (an IB error counter stops there): it can no longer count
+
+    @property
+    def backwards(self) -> bool:
+        return self.increase is None
+
+
+def counter_width(name: str, hw: bool) -> int | None:
+    """Bits of a counter: the PMA width for counters/, 32 for hw_counters/, None when unknown."""
+    if hw:
+        return HW_COUNTER_BITS
+    return PMA_WIDTHS.get(name)
+
+
+def counter_delta(name: str, before: int, after: int, *, hw: bool = False) -> Delta:
+    """The increase of one counter from `before` to `after`.
+
+    Backwards is never an error burst: the counters were cleared (`perfquery -R`, a driver
+    reload, a firmware reset) or a 32-bit hw counter wrapped; the caller says so and takes
+    `after` as the new base. A PMA counter at all ones is saturated (IBA counters stop there).
+    """
+    return Delta(name, before, after, after - before if after >= before else None, is_saturated(name, after, hw=hw))
+
+
+def is_saturated(name: str, value: int, *, hw: bool = False) -> bool:
+    """An IB PMA error counter at all ones: it stopped there and counts nothing more until cleared."""
+    width = counter_width(name, hw)
+    return not hw and width is not None and value >= (1 << width) - 1
+
+
+class LinkEvent(NamedTuple):
+    """A link going down or up, from a kernel or syslog line."""
+
+    line: int  # 1-based line number in its log
+    interface: str  # netdev name (enp157s0f1np1, ib6)
+    pci: str  # PCI address when the line names one (mlx5_core), else ""
+    up: bool
+    uptime_s: float | None  # the `[ 1234.567890]` stamp of dmesg / journalctl -o short-monotonic
+    source: str  # "mlx5" (kernel netdev line) or "carrier" (systemd-networkd)
+    text: str
+
+
+# mlx5_core's netdev_info: "mlx5_core 0000:9d:00.1 enp157s0f1np1: Link down" (corpus kernel_log/
+# gpud-dmesg-decode-iso-boot-mlx5-nvswitch-h100); systemd-networkd: "ib6: lost carrier" /
+# "ib6: Gained carrier" (corpus kernel_log/azurehpc-syslog-ib6-lost-gained-carrier-6flaps).
+_MLX5_LINK_RE = re.compile(
+    r"\bmlx5_core ([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]) ([^\s:]{1,32}): Link (up|down)\b"
+)
+_CARRIER_RE = re.compile(r"\bsystemd-networkd(?:\[\d{1,10}\])?: ([^\s:]{1,32}): ([Ll]ost|[Gg]ained) carrier\b")
+_UPTIME_RE = re.compile(r"^\s{0,40}\[\s{0,12}(\d{1,10}\.\d{1,9})\]")
+
+
+def parse_link_events(text: str) -> list[LinkEvent]:
+    """mlx5 `Link up`/`Link down` netdev lines and networkd carrier lines of a log, in order.
+
+    Other "link down" lines (`ata6: SATA link down`) are not NIC links and are not taken.
+    """
+    events: list[LinkEvent] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if "carrier" not in line and "Link " not in line:
+            continue  # the quick test keeps a long log cheap
+        stamp = _UPTIME_RE.match(line)
+        uptime = float(stamp.group(1)) if stamp else None
+        m = _MLX5_LINK_RE.search(line)
+        if m:
+            events.append(LinkEvent(number, m.group(2), m.group(1), m.group(3) == "up", uptime, "mlx5", line.strip()))
+            continue
+        m = _CARRIER_RE.search(line)
+        if m:
+            up = m.group(2).lower() == "gained"
+            events.append(LinkEvent(number, m.group(1), "", up, uptime, "carrier", line.strip()))
+    return events
+
+
+class Flaps(NamedTuple):
+    interface: str
+    pci: str
+    downs: int  # times an up link went down (in the judged part of the log)
+    up_now: bool | None  # the last state the log shows (None: no line for it)
+    lines: tuple[int, ...]  # the lines of the counted downs
+
+
+def count_flaps(events: Sequence[LinkEvent], after_uptime: float | None = None, skip: int = 0) -> list[Flaps]:
+    """Per interface, how often a link that was up went down.
+
+    An mlx5 `Link down` counts only after a `Link up` of the same interface: the driver logs a
+    port's first state when it brings the interface up (a port without a cable logs `Link
+    down` at boot), and that is no flap. networkd logs `lost carrier` only on a loss, so each
+    counts. `after_uptime` leaves out events stamped at or before it (judged by an earlier
+    run); `skip` leaves out the first `skip` downs of each interface's carrier lines (a log
+    file already judged up to there).
+    """
+    state: dict[str, bool] = {}
+    pcis: dict[str, str] = {}
+    downs: dict[str, list[int]] = {}
+    seen_carrier: dict[str, int] = {}
+    for e in events:
+        pcis.setdefault(e.interface, e.pci)
+        downs.setdefault(e.interface, [])
+        was_up = state.get(e.interface)
+        state[e.interface] = e.up
+        if e.up:
+            continue
+        if e.source == "mlx5" and not was_up:
+            continue
+        if e.source == "carrier":
+            seen_carrier[e.interface] = seen_carrier.get(e.interface, 0) + 1
+            if seen_carrier[e.interface] <= skip:
+                continue
+        if after_uptime is not None and e.uptime_s is not None and e.uptime_s <= after_uptime:
+            continue
+        downs[e.interface].append(e.line)
+    return [
+        Flaps(name, pcis.get(name, ""), len(lines), state.get(name), tuple(lines))
+        for name, lines in sorted(downs.items(), key=lambda kv: natural_key(kv[0]))
+    ]
