@@ -364,3 +364,14 @@ def test_fabric_without_local_nvswitch_judges_the_gpus_only(tmp_path: Path) -> N
     q.write_text(corpus("issue-dra-driver-626-nvidia-smi-q-grep-fabric-completed-health-unhealthy.txt"))
     code, check = run_json("--replay", fixture)
     assert code == 2 and check["action"] == "INVESTIGATE" and "fabric health Unhealthy" in check["summary"]
+
+
+def test_hostile_long_lines_read_in_linear_time() -> None:
+    # each of these took quadratic time with backtracking patterns (a 200k-space run: minutes)
+    run = " " * 200_000
+    assert parse_nvlink_status(f"GPU 0: a{run}b\nLink 1: a{run}b").gpus[0].links[0].speed_gbs is None
+    assert parse_nvlink_errors("GPU 0: x\nLink 1: a" + " Errors: x" * 50_000)[0].counters == {}
+    assert parse_q_fabric(f"Fabric\n  a{run}b\n")[0].state is None
+    assert parse_sxids("nvidia-nvswitch0: SXid (PCI:" * 20_000 + "0" * 100_000) == []
+    with pytest.raises(TopoError):
+        parse_topo_matrix(f"NIC0: {run}x\n" * 3)

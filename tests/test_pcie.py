@@ -201,3 +201,9 @@ def test_no_gpu_or_hca_skips_and_no_lspci_is_an_error(tmp_path: Path) -> None:
     stdout.write_text("")
     code, check = run_json("--replay", fixture)
     assert code == 3 and check["status"] == "error" and "pciutils is not installed" in check["summary"]
+
+
+def test_hostile_long_lines_read_in_linear_time() -> None:
+    run = " " * 200_000  # a backtracking header pattern took minutes on this
+    tree = parse_lspci(f"00:00.0 {run}x\n00:01.0 PCI bridge{run}: y\n\tACSCtl:{run}ReqRedir+\n")
+    assert tree.stray == 1 and tree.functions[0].redirecting == ["ReqRedir"]

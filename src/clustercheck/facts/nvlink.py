@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 
 # -- nvidia-smi nvlink -s ---------------------------------------------------------------------------
 
-_GPU_HEADER_RE = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
-_LINK_STATUS_RE = re.compile(r"^Link (\d+): (.*?)\s*$")
+# Anchored prefixes only; the rest of a line is taken apart with str methods, so a hostile line
+# (a long run of spaces without the expected ending) costs linear time, never quadratic.
+_GPU_HEADER_RE = re.compile(r"GPU (\d+): ")
+_LINK_STATUS_RE = re.compile(r"Link (\d+): ")
 _SPEED_RE = re.compile(r"^(\d+(?:\.\d+)?) GB/s$")
 
 
@@ -62,6 +64,19 @@ class NvlinkStatus:
     stray: list[tuple[int, str]]  # (line, text) of lines that belong to no GPU and are not a prompt
 
 
+def _gpu_header(line: str) -> tuple[int, str, str | None] | None:
+    """`GPU 0: NAME (UUID: GPU-...)` (a stripped line) -> (index, name, uuid); None for another line."""
+    m = _GPU_HEADER_RE.match(line)
+    if m is None:
+        return None
+    rest = line[m.end() :]
+    uuid = None
+    at = rest.rfind(" (UUID: ")
+    if at >= 0 and rest.endswith(")"):
+        rest, uuid = rest[:at], rest[at + 8 : -1]
+    return int(m.group(1)), rest.strip(), uuid
+
+
 def parse_nvlink_status(text: str) -> NvlinkStatus:
     """`nvidia-smi nvlink -s` -> each GPU's links, in order. Empty text -> no GPU (no NVLink here)."""
     gpus: list[GpuLinks] = []
@@ -71,14 +86,14 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
         line = raw.strip()
         if not line:
             continue
-        m = _GPU_HEADER_RE.match(line)
-        if m:
-            current = GpuLinks(int(m.group(1)), m.group(2).strip(), m.group(3), number)
+        header = _gpu_header(line)
+        if header:
+            current = GpuLinks(header[0], header[1], header[2], number)
             gpus.append(current)
             continue
         m = _LINK_STATUS_RE.match(line)
         if m and current is not None:
-            said = m.group(2)
+            said = line[m.end() :].strip()
             speed = _SPEED_RE.match(said)
             current.links.append(LinkStatus(int(m.group(1)), float(speed.group(1)) if speed else None, said))
             continue
@@ -92,7 +107,7 @@ def parse_nvlink_status(text: str) -> NvlinkStatus:
 
 # -- nvidia-smi nvlink -e ---------------------------------------------------------------------------
 
-_LINK_COUNTER_RE = re.compile(r"^Link (\d+): ([A-Za-z][A-Za-z ]*?) Errors?: (\S+)\s*$")
+_LINK_COUNTER_RE = re.compile(r"Link (\d+): ([A-Za-z][A-Za-z ]{0,40}?) Errors?: (\S+)$")
 
 
 @dataclass
@@ -111,9 +126,9 @@ def parse_nvlink_errors(text: str) -> list[GpuLinkErrors]:
     current: GpuLinkErrors | None = None
     for raw in text.splitlines():
         line = raw.strip()
-        m = _GPU_HEADER_RE.match(line)
-        if m:
-            current = GpuLinkErrors(int(m.group(1)), m.group(2).strip(), m.group(3))
+        header = _gpu_header(line)
+        if header:
+            current = GpuLinkErrors(*header)
             gpus.append(current)
             continue
         m = _LINK_COUNTER_RE.match(line)
@@ -128,7 +143,6 @@ def parse_nvlink_errors(text: str) -> list[GpuLinkErrors]:
 # -- nvidia-smi -q: the Fabric block ------------------------------------------------------------------
 
 _Q_GPU_RE = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
-_KV_RE = re.compile(r"^(\s*)([^:]+?)\s*:\s*(.*?)\s*$")
 
 
 @dataclass
@@ -180,10 +194,10 @@ def parse_q_fabric(text: str) -> list[GpuFabric]:
         if line == "Health":
             in_health = indent
             continue
-        kv = _KV_RE.match(raw)
-        if kv is None:
+        key, colon, value = line.partition(":")
+        if not colon:
             continue
-        key, value = kv.group(2).strip(), kv.group(3)
+        key, value = key.strip(), value.strip()
         if in_health >= 0:
             if key == "Summary":
                 current.health = value
@@ -296,7 +310,7 @@ def closeness(relation: str) -> int:
 
 # -- SXid lines in the kernel log -------------------------------------------------------------------
 
-_SXID_RE = re.compile(r"(nvidia-nvswitch\d*): SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+),\s*(.*)")
+_SXID_RE = re.compile(r"(nvidia-nvswitch\d{0,4}): SXid \(PCI:([0-9A-Fa-f:.]{1,20})\): (\d{1,9}),\s*(.*)")
 _STAMP_RE = re.compile(r"^\[\s*(\d+\.\d+)\]")
 
 # NVIDIA Fabric Manager User Guide (DU-09883-001 v1.3), appendix "NVSwitch SXid Errors", as

@@ -18,9 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_HEADER_RE = re.compile(
-    r"^(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])\s+([^:]+?)(?:\s\[[0-9a-fA-F]{4}\])?:\s*(.*)$"
-)
+_BDF_RE = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7]) ")
+_CLASS_CODE_RE = re.compile(r" \[[0-9a-fA-F]{4}\]$")
 _BUS_RE = re.compile(r"Bus: primary=([0-9a-fA-F]{2}), secondary=([0-9a-fA-F]{2}), subordinate=([0-9a-fA-F]{2})")
 _PORT_RE = re.compile(r"Express \(v\d\) (Root Port|Downstream Port|Upstream Port|Endpoint|Legacy Endpoint)")
 _ACSCTL_RE = re.compile(r"ACSCtl:\s*(.*)$")
@@ -96,15 +95,17 @@ def parse_lspci(text: str) -> PciTree:
         if not raw.strip():
             continue
         if raw[0] not in " \t":
-            m = _HEADER_RE.match(raw.rstrip())
-            if m is None:
+            m = _BDF_RE.match(raw)
+            kind, colon, rest = raw[m.end() :].partition(":") if m else ("", "", "")
+            if m is None or not colon or not kind.strip():
                 current = None
                 tree.stray += 1
                 continue
             domain = m.group(1) or "0000"
             bdf = f"{int(domain, 16):04x}:{m.group(2)}:{m.group(3)}.{m.group(4)}".lower()
-            described = re.sub(r"\s*\(prog-if [^)]*\)?.*$", "", m.group(6)).strip()
-            current = PciFunction(bdf, m.group(5).strip(), described[:200], number)
+            kind = _CLASS_CODE_RE.sub("", kind.strip())  # `3D controller [0302]` (lspci -nn)
+            described = rest.split(" (prog-if ", 1)[0].strip()
+            current = PciFunction(bdf, kind, described[:200], number)
             tree.functions.append(current)
             continue
         if current is None:
