@@ -463,6 +463,10 @@ def _node_env(rank: int, **extra: str) -> dict[str, str]:
     return env
 
 
+def messages(record: dict[str, object]) -> list[str]:
+    return [str(f["message"]) for f in record["findings"]]  # type: ignore[attr-defined]
+
+
 def test_one_table_for_the_node_from_four_tasks(tmp_path: Path) -> None:
     root = make_node(tmp_path / "node")
     # --gpus-per-task=1: Slurm gives each task its own GPU (CUDA_VISIBLE_DEVICES=k without a device cgroup)
@@ -491,6 +495,10 @@ def test_json_for_scripts_and_a_nic_across_the_socket(tmp_path: Path) -> None:
     assert (node["node"], node["tasks"], node["expected"]) == ("gpu01", 4, 4)
     rows = {r["rank"]: r["rows"][0] for r in node["records"]}
     assert rows[3]["gpu_bdf"] == "0000:9a:00.0" and rows[3]["nic"] == "mlx5_3:1" and rows[3]["path"] == "NODE"
+    record3 = next(r for r in node["records"] if r["rank"] == 3)
+    assert "GPU 3's nearest NIC mlx5_4 (PIX) is not ACTIVE or not selected by NCCL_IB_HCA: it gets mlx5_3 (NODE)" in (
+        " ".join(messages(record3))
+    )
     # now NIC3's switch-mate is down too: GPU 3 only has NICs on the other socket
     root2 = make_node(tmp_path / "node2", down=("mlx5_3", "mlx5_4"))
     procs = _tasks(root2, tmp_path / "gather", envs, "--format", "json")

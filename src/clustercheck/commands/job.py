@@ -638,6 +638,19 @@ def binding(
                 "Bring up or select a NIC on the GPU's NUMA node (NCCL_IB_HCA), or check the NIC's slot and cabling.",
             )
         )
+        return row, found
+    own = launch.nearest_nic(gpu, topo.nics, position)
+    if own is not None and launch.path_kind(gpu, own[0])[0] < launch.path_kind(gpu, nic)[0]:
+        found.append(
+            Finding(
+                "warn",
+                "nic",
+                f"GPU {gpu.number}'s nearest NIC {own[0].hca} ({own[1]}) is not ACTIVE or not selected by NCCL_IB_HCA: "
+                f"it gets {nic.hca} ({kind}), farther; NCCL uses GPUDirect RDMA "
+                "only up to the distance NCCL_NET_GDR_LEVEL allows (PXB unless set)",
+                "Bring the GPU's own NIC up (rdma.ports) or add it to NCCL_IB_HCA.",
+            )
+        )
     return row, found
 
 
