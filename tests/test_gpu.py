@@ -778,3 +778,24 @@ def test_firmware_ecc_and_power_limit_are_fleet_drift_facts(tmp_path: Path) -> N
     record["gpus"][5]["vbios_version"] = "96.00.74.00.01"  # edited: one GPU on the other node's VBIOS
     mixed = run(node(tmp_path / "c", record=record), "gpu.count").data["facts"]
     assert mixed["GPU VBIOS"] == "96.00.74.00.01, 96.00.74.00.0D"
+
+
+def test_fleet_drift_names_the_node_on_other_firmware(tmp_path: Path) -> None:
+    from clustercheck.analyzers.fleet import summarize
+    from clustercheck.facts.nvidia_smi import parse_nvidia_smi_q
+    from clustercheck.result import HostReport, Report
+
+    # two real H100 nodes of gpud's test data: VBIOS 96.00.74.00.0D and 96.00.74.00.01
+    other = parse_nvidia_smi_q((SMI / "gpud-nvidia-smi-q-8xH100-535.183.01-fabric-completed.txt").read_text()).to_json()
+    hosts = []
+    for n, record in enumerate([h100_q_record(), h100_q_record(), other]):
+        folder = node(tmp_path / str(n), record=record)
+        hosts.append(HostReport(f"gpu{n + 1:03d}", (run(folder, "gpu.count"), run(folder, "gpu.ecc"))))
+    drift = {d.fact: d.to_json() for d in summarize(Report("t", "p", tuple(hosts))).drift}
+    assert drift["GPU VBIOS"] == {
+        "fact": "GPU VBIOS",
+        "majority": "96.00.74.00.0D",
+        "majority_hosts": 2,
+        "others": [{"value": "96.00.74.00.01", "hosts": "gpu003", "count": 1}],
+    }
+    assert "GPU ECC mode" not in drift and "GPU InfoROM" not in drift  # the same on all three

@@ -480,3 +480,20 @@ def test_remote_side_failure_modes() -> None:
         nvml.remote(ScriptedTransport(smi(0, '<?xml version="1.0" ?>\n<nvidia_smi_log><gpu>')), 10)  # type: ignore[arg-type]
     with pytest.raises(CommandTimeout):
         nvml.remote(ScriptedTransport(smi(None, timed_out=True)), 10)  # type: ignore[arg-type]
+
+
+def test_calls_a_gpu_does_not_support_are_named_not_failed(mocker: MockerFixture) -> None:
+    """NVML's NOT_SUPPORTED: the field is None and listed in `unsupported`; other errors only None."""
+    answers = dict(T4_NVML.answers)
+    answers["nvmlDeviceGetEnforcedPowerLimit"] = not_supported()
+    answers["nvmlDeviceGetPowerManagementDefaultLimit"] = pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+    answers["nvmlDeviceGetComputeRunningProcesses"] = not_supported()
+    fake_nvml(mocker, b"515.105.01", 11070, [FakeGpu(**answers)])
+    (gpu,) = GpuRecord.from_json(nvml.local()).gpus
+    assert gpu.power_limit_w is None and gpu.power_limit_default_w is None and gpu.processes is None
+    assert gpu.unsupported is not None
+    assert "power_limit_w" in gpu.unsupported and "processes" in gpu.unsupported
+    assert "power_limit_default_w" not in gpu.unsupported  # an unknown error is not "not supported"
+    assert gpu.why_missing("power_limit_w") == "not supported by this GPU (NVML NOT_SUPPORTED)"
+    assert gpu.why_missing("power_limit_default_w") == "not reported"
+    assert gpu.power_draw_w == 26.78 and gpu.vbios_version == "90.04.84.00.06"  # the rest still read

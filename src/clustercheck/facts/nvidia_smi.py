@@ -286,7 +286,7 @@ def parse_nvidia_smi_table(text: str) -> GpuRecord:
     processes: dict[int, list[GpuProcess]] = {}
     phase = "head"  # head -> gpus -> other (a MIG devices table, blank lines) -> processes
     procs_seen = False
-    for line in lines:
+    for number, line in enumerate(lines, 1):
         if "Processes:" in line:
             phase, procs_seen = "processes-head", True
         elif "MIG devices:" in line:
@@ -298,8 +298,11 @@ def parse_nvidia_smi_table(text: str) -> GpuRecord:
                 rows.append([])  # a separator: the next GPU
             elif line.startswith("|"):
                 cells = _cells(line)
-                if len(cells) == 3:
-                    rows[-1].append(cells)
+                if len(cells) != 3:
+                    raise ValueError(
+                        f"`nvidia-smi` table line {number}: a GPU row with {len(cells)} of its 3 columns (cut short?)"
+                    )
+                rows[-1].append(cells)
             else:
                 phase = "other"
         elif phase == "processes":
@@ -307,8 +310,12 @@ def parse_nvidia_smi_table(text: str) -> GpuRecord:
             if m:
                 gpu_index, _gi, _ci, pid, kind, name, used = m.groups()
                 processes.setdefault(int(gpu_index), []).append(GpuProcess(int(pid), name or None, int(used), kind))
+    if phase == "gpus" and rows[-1]:
+        raise ValueError("`nvidia-smi` table ends inside a GPU's rows, without its closing line (cut short?)")
     gpus = []
     for n, block in enumerate(b for b in rows if b):
+        if len(block) < 2:
+            raise ValueError(f"`nvidia-smi` table: GPU row {n + 1} has {len(block)} line, not 2 or 3 (cut short?)")
         first = _ROW1_RE.match(block[0][0])
         bus = _BUS_RE.match(block[0][1])
         if first is None or bus is None:
