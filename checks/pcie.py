@@ -43,7 +43,7 @@ def _iommu(host: Host, targets: list[PciFunction], evidence: list[str]) -> str |
 
 
 @check(
-    needs=["command lspci", "command ls", "file /proc/cmdline", "file /sys/class/iommu"],
+    needs=["command lspci", "command ls", "file /proc/cmdline", "file /sys/bus/pci/devices/*/iommu_group/type"],
     timeout=30,
     action="FIX_CONFIG",
 )

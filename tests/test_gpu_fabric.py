@@ -375,3 +375,18 @@ def test_hostile_long_lines_read_in_linear_time() -> None:
     assert parse_sxids("nvidia-nvswitch0: SXid (PCI:" * 20_000 + "0" * 100_000) == []
     with pytest.raises(TopoError):
         parse_topo_matrix(f"NIC0: {run}x\n" * 3)
+
+
+def test_affinity_numa_mismatch_from_sysfs(tmp_path: Path) -> None:
+    fixture = tmp_path / "numa"
+    shutil.copytree(FIXTURES / "gpu-affinity-healthy", fixture)
+    # sysfs puts GPU4's PIX NIC on NUMA node 0 while topo -m gives GPU4 NUMA 1 (edited: the
+    # recording has no numa_node files; the others are written as topo -m implies them)
+    for i in range(8):
+        path = fixture / "files" / "sys" / "class" / "infiniband" / f"mlx5_{i}" / "device" / "numa_node"
+        path.parent.mkdir(parents=True)
+        path.write_text("0\n" if i <= 4 else "1\n")
+    code, check = run_json("--replay", fixture)
+    assert code == 1 and check["status"] == "warn"
+    assert check["summary"] == "GPU4 is on NUMA node 1 but its nearest NIC NIC4 (mlx5_4) on node 0"
+    assert "GPU5 -> NIC5 (mlx5_5) (PIX) -> NUMA 1 / 1" in check["evidence"]

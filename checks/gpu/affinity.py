@@ -25,7 +25,11 @@ def _nic_numa(host: Host, name: str) -> str | None:
     return value if value.isdigit() else None
 
 
-@check(needs=["probe nvml", "command nvidia-smi", "file /sys/class/infiniband"], timeout=30, action="INVESTIGATE")
+@check(
+    needs=["probe nvml", "command nvidia-smi", "file /sys/class/infiniband/*/device/numa_node"],
+    timeout=30,
+    action="INVESTIGATE",
+)
 def affinity(host: Host, *, max_relation: str = "NODE", nics: tuple[str, ...] = ()) -> Result:
     """Every GPU has an RDMA NIC no farther than `max_relation` (default NODE: same CPU socket) on its NUMA node.
 
