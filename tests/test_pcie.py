@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.helpers import CORPUS, FIXTURES, cli
 
-from clustercheck.facts.pci import parse_cmdline, parse_lspci
+from clustercheck.facts.pci import parse_acsctl, parse_cmdline, parse_lspci, redirecting
 
 HGX = CORPUS / "pcie" / "gpud-lspci-vvv-hgx-8xH100-pex890xx-cx7.txt"
 AZURE = CORPUS / "pcie" / "gpud-lspci-nn-azure-8xA100-vm-nvswitch-domains.txt"
@@ -72,6 +72,20 @@ def test_domains_and_class_codes() -> None:
     assert sum(f.is_gpu for f in tree.functions) == 8
     assert sum(f.kind == "Bridge" for f in tree.functions) == 6  # NVSwitches, not GPUs
     assert sum(f.is_hca for f in tree.functions) == 9
+
+
+def test_acsctl_words_nccl_304() -> None:
+    # `lspci ... -vvv | grep -i acsctl` as posted: the broken state (ACS on) and the working one
+    broken, working = (
+        (CORPUS / "pcie" / "issue-nccl-304-acsctl-broken-then-working-SNIPPET.txt").read_text().splitlines()
+    )
+    assert redirecting(parse_acsctl(broken)) == ["ReqRedir", "CmpltRedir"]
+    assert parse_acsctl(working) == dict.fromkeys(
+        ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans"), False
+    )
+    # grep output names no device: it cannot say which bridge is above which GPU, so the check reads all of -vvv
+    assert parse_lspci(broken + "\n" + working).functions == []
+    assert parse_acsctl("Capabilities: <access denied>") is None
 
 
 def test_kernel_command_line_iommu_words() -> None:

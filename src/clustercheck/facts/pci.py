@@ -31,6 +31,17 @@ _FLAG_RE = re.compile(r"([A-Za-z]+)([+-])")
 REDIRECTING = ("ReqRedir", "CmpltRedir", "EgressCtrl")
 
 
+def parse_acsctl(line: str) -> dict[str, bool] | None:
+    """`ACSCtl: SrcValid+ TransBlk- ReqRedir+ ...` -> {"SrcValid": True, "TransBlk": False, ...}; None if not one."""
+    m = _ACSCTL_RE.search(line)
+    return {name: sign == "+" for name, sign in _FLAG_RE.findall(m.group(1))} if m else None
+
+
+def redirecting(flags: dict[str, bool] | None) -> list[str]:
+    """The ACS controls among `flags` that send peer traffic up to the root complex (REDIRECTING)."""
+    return [name for name in REDIRECTING if flags and flags.get(name)]
+
+
 @dataclass
 class PciFunction:
     bdf: str  # "0000:17:01.0", lower case, domain always present
@@ -65,7 +76,7 @@ class PciFunction:
 
     @property
     def redirecting(self) -> list[str]:
-        return [name for name in REDIRECTING if self.acs and self.acs.get(name)]
+        return redirecting(self.acs)
 
 
 @dataclass
@@ -126,9 +137,7 @@ def parse_lspci(text: str) -> PciTree:
             if p:
                 current.port = p.group(1)
         elif line.startswith("ACSCtl:"):
-            a = _ACSCTL_RE.search(line)
-            if a:
-                current.acs = {name: sign == "+" for name, sign in _FLAG_RE.findall(a.group(1))}
+            current.acs = parse_acsctl(line)
     return tree
 
 
