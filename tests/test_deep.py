@@ -445,6 +445,25 @@ def test_rdma_bandwidth_from_gpu_memory_passes_use_cuda(tmp_path: Path) -> None:
     assert [r["memory"] for r in check["data"]["ports"]["mlx5_0"]["runs"]] == ["host", "gpu 3"]
 
 
+def test_rdma_bandwidth_retries_a_client_that_came_before_its_server(tmp_path: Path) -> None:
+    tried = tmp_path / "tried"
+    body = (
+        f'case " $* " in *" localhost "*) ;; *) exec sleep 300 ;; esac\n'
+        f"if [ ! -e '{tried}' ]; then : > '{tried}'; echo \" Couldn't connect to localhost:18515\"; exit 1; fi\n"
+        f"cat '{HDR8M}'\n"
+    )
+    bin_dir = standin(tmp_path, "ib_write_bw", body)
+    code, check = run_local(tmp_path, {"rdma.bandwidth": {**RDMA, "expected_rate": 200.0}}, bin_dir)
+    assert (code, check["status"]) == (0, "ok"), check
+    assert _gone(str(tmp_path)), "the ib_write_bw server was left running"
+
+
+def test_rdma_bandwidth_without_hcas_is_an_error(tmp_path: Path) -> None:
+    bin_dir = _perftest_standin(tmp_path, HDR8M, tmp_path / "pid")
+    _, check = run_local(tmp_path, {"rdma.bandwidth": {}}, bin_dir)  # this machine has no HCA
+    assert check["status"] == "error" and "no HCA with a port 1" in check["summary"], check
+
+
 def test_rdma_bandwidth_missing_tool_names_perftest(tmp_path: Path) -> None:
     code, check = run_local(tmp_path, {"rdma.bandwidth": RDMA}, None)
     assert (code, check["status"]) == (3, "error"), check

@@ -15,15 +15,21 @@ from typing import Any
 
 from clustercheck import Host, Result, check, fail, ok
 from clustercheck.errors import HostError
+from clustercheck.facts import shorten_last_observation
 from clustercheck.facts.infiniband import parse_rate, parse_state, rdma
 from clustercheck.facts.perftest import PACKAGE, BwVerdict, PerftestParseError, judge_bw, parse_bw
 
 #: One loopback run: $1 the binary, $2 the HCA, the rest perftest's options. The server writes to
-#: stderr (kept as the run's stderr), the client to stdout; the server is killed when the client
-#: ends, whatever happened; a hang is the budget's: the transport kills the whole process tree.
+#: stderr (kept as the run's stderr), the client to stdout. A client that fails while the server
+#: still runs is tried again, 10 times at most, a second apart (the server may still be starting:
+#: CUDA's init with --use_cuda takes seconds; what a failed try printed stays in the output). The
+#: server is killed when the client ends, whatever happened; a hang is the budget's: the transport
+#: kills the whole process tree.
 LOOPBACK_SCRIPT = (
-    'b=$1; d=$2; shift 2; "$b" -d "$d" "$@" >&2 & s=$!; sleep 1; '
-    '"$b" -d "$d" "$@" localhost; rc=$?; kill "$s" 2>/dev/null; wait "$s" 2>/dev/null; exit "$rc"'
+    'b=$1; d=$2; shift 2; "$b" -d "$d" "$@" >&2 & s=$!; n=0; '
+    'while :; do sleep 1; "$b" -d "$d" "$@" localhost; rc=$?; n=$((n+1)); '
+    '[ "$rc" -eq 0 ] && break; [ "$n" -lt 10 ] && kill -0 "$s" 2>/dev/null || break; done; '
+    'kill "$s" 2>/dev/null; wait "$s" 2>/dev/null; exit "$rc"'
 )
 SYSFS = "/sys/class/infiniband"
 
@@ -205,6 +211,7 @@ def _one(
 ) -> BwVerdict:
     argv = loopback_argv(binary, hca, options)
     result = host.run(*argv, timeout=budget)
+    shorten_last_observation(host, LOOPBACK_SCRIPT, "<ib_write_bw server, then client to localhost>")
     shown = f"`{binary} -d {hca} {' '.join(options)}` (server and client to localhost)"
     if result.timed_out:
         return BwVerdict("error", f"{shown} did not finish within {result.duration_s:.0f} s; both were stopped")
