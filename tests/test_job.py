@@ -423,6 +423,8 @@ def test_visible_gpus_follow_slurm_renumbering(tmp_path: Path) -> None:
     # inside the job's device cgroup Slurm renumbers: SLURM_STEP_GPUS=2,3 is CUDA_VISIBLE_DEVICES=0,1
     picks = launch.visible_gpus("0,1", ["2", "3"], topo)
     assert picks is not None and [p.gpu.bdf if p.gpu else None for p in picks] == ["0000:3a:00.0", "0000:9a:00.0"]
+    picks = launch.visible_gpus("0", ["1", "2", "3"], topo)  # --gpus-per-task=1, task 0 of the step
+    assert picks is not None and [p.gpu.number if p.gpu else None for p in picks] == [1]
     picks = launch.visible_gpus("2,3", ["2", "3"], topo)
     assert picks is not None and [p.gpu.number if p.gpu else None for p in picks] == [2, 3]
     picks = launch.visible_gpus("GPU-3c8e5a9d", None, topo)
@@ -573,3 +575,31 @@ def test_options_are_checked() -> None:
 def test_help_lists_the_command() -> None:
     proc = cli("job", "--help")
     assert proc.returncode == 0 and "--checkpoint-bandwidth" in proc.stdout
+
+
+def test_a_gather_folder_that_is_not_this_users_is_not_used(tmp_path: Path) -> None:
+    root = make_node(tmp_path / "node")
+    env = _node_env(1)
+    # someone else's link where the node's tasks would gather (a shared /tmp): never written through
+    trap = tmp_path / "elsewhere"
+    trap.mkdir()
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "tmp" / f"clustercheck-job-{os.getuid()}-4242.0.0").symlink_to(trap)
+    proc = subprocess.run(
+        [sys.executable, "-m", "clustercheck", "job", "--root", str(root), "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("SLURM")},
+            **env,
+            "TMPDIR": str(tmp_path / "tmp"),
+        },
+    )
+    assert "is not a folder of this user's: records are not gathered there" in proc.stderr
+    node = json.loads(proc.stdout)  # the task printed its own part instead
+    assert [r["rank"] for r in node["records"]] == [1] and not list(trap.iterdir())
+    (tmp_path / "a-file").write_text("")
+    (bad,) = _tasks(root, tmp_path / "a-file", [env])  # --gather names a file: a usage error
+    assert bad.returncode == 64 and "--gather" in bad.stderr

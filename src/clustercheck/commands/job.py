@@ -156,7 +156,10 @@ def job(
         _emit(node, fmt)
         cli.state.exit_code = exit_code(node["status"], strict)
         return
-    _write_record(folder, task, record)
+    if not _write_record(folder, task, record):  # this task says its own part
+        _emit(node_report(task, [record], expected=1), fmt)
+        cli.state.exit_code = exit_code(record["status"], strict)
+        return
     if task.local_id != 0:
         cli.state.exit_code = exit_code(record["status"], strict)
         return
@@ -380,7 +383,10 @@ def signal_findings(
     """Rank 0 only (one query of slurmctld per job, not per task): TimeLimit, KillWait, --signal."""
     shown, why = _scontrol("show", "job", task.job_id)
     if shown is None:
-        return [Finding("error", "signal", f"the time limit could not be read: {why}")]
+        hint = ""
+        if container_kind(dict(os.environ), Path("/")):
+            hint = " (inside a container: run this step outside it, or give the container scontrol and slurm.conf)"
+        return [Finding("error", "signal", f"the time limit could not be read: {why}{hint}")]
     fields = launch.parse_scontrol_job(shown)
     limit_text = fields.get("TimeLimit", "")
     limit = launch.parse_duration(limit_text)
@@ -732,11 +738,27 @@ def _gather_folder(gather: Path | None, task: Task) -> Path | None:
     return folder
 
 
-def _write_record(folder: Path, task: Task, record: dict[str, Any]) -> None:
+def _write_record(folder: Path, task: Task, record: dict[str, Any]) -> bool:
+    """Leave this task's record for its node's local task 0; False when it cannot be written.
+
+    Another node's local task 0 may remove the folder (when it was empty: a folder every node
+    shares, as on one machine) between this task making it and writing: make it again."""
     name = f"{task.node}.{task.rank}.json"
     tmp = folder / f".{name}.{os.getpid()}"
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, folder / name)
+    for _ in range(3):
+        try:
+            tmp.write_text(json.dumps(record))
+            os.replace(tmp, folder / name)
+            return True
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                folder.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            print(f"clustercheck: job: cannot write {folder / name}: {exc.strerror or exc}", file=sys.stderr)
+            break
+    with contextlib.suppress(OSError):
+        tmp.unlink()
+    return False
 
 
 def _collect(folder: Path, task: Task, wait: float) -> list[dict[str, Any]]:

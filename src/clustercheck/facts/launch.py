@@ -744,24 +744,28 @@ class Pick(NamedTuple):
 def visible_gpus(cvd: str | None, slurm_gpus: Sequence[str] | None, topo: Topology) -> list[Pick] | None:
     """The GPUs this task's CUDA sees, in order; None when CUDA_VISIBLE_DEVICES is unset.
 
-    Numeric entries are host indices unless Slurm renumbered them from 0 inside the job's
-    device cgroup (SLURM_STEP_GPUS '2,3' with CUDA_VISIBLE_DEVICES '0,1'); a host index is
-    the GPU with that /dev/nvidiaN minor (gres.conf File=/dev/nvidia[0-7]), else the one at
-    that place in PCI order. GPU-<uuid> entries (or their prefixes) are matched by UUID."""
+    Numeric entries are host indices unless Slurm renumbered them from 0 inside the step's
+    device cgroup (ConstrainDevices): then an entry is a place in SLURM_STEP_GPUS (SLURM_STEP_GPUS
+    '4,5,6,7' with CUDA_VISIBLE_DEVICES '2' is GPU 6). Entries that are all among SLURM_STEP_GPUS
+    are read as host indices (the two readings agree when the step's GPUs start at 0). A host
+    index is the GPU with that /dev/nvidiaN minor (gres.conf File=/dev/nvidia[0-7]), else the one
+    at that place in PCI order. GPU-<uuid> entries (or their prefixes) are matched by UUID."""
     if cvd is None:
         return None
     entries = [e.strip() for e in cvd.split(",")] if cvd.strip() and cvd.strip() != "NoDevFiles" else []
+    numeric = [e for e in entries if re.fullmatch(r"[0-9]{1,4}", e)]
     relative = bool(
         slurm_gpus
-        and len(slurm_gpus) == len(entries)
-        and entries == [str(i) for i in range(len(entries))]
-        and list(slurm_gpus) != entries
+        and numeric
+        and len(numeric) == len(entries)
+        and not set(numeric) <= set(slurm_gpus)
+        and all(int(e) < len(slurm_gpus) for e in numeric)
     )
     picks: list[Pick] = []
-    for i, entry in enumerate(entries):
+    for entry in entries:
         gpu: Gpu | None = None
-        if entry.isdigit() and len(entry) <= 4:
-            host = int(slurm_gpus[i]) if relative and slurm_gpus else int(entry)
+        if entry in numeric:
+            host = int(slurm_gpus[int(entry)]) if relative and slurm_gpus else int(entry)
             by_minor = [g for g in topo.gpus if g.minor == host]
             minors_known = any(g.minor is not None for g in topo.gpus)
             if by_minor:
