@@ -74,6 +74,7 @@ bench: venv system-deps
 	$(VENV)/bin/python bench/bench_nccl.py --markdown bench/RESULTS.md $(NCCL_BENCH_ARGS)
 	$(VENV)/bin/python bench/bench_storage.py --size 2048 --rounds 4 --budget 20 --markdown bench/RESULTS.md $(STORAGE_BENCH_ARGS)
 	$(VENV)/bin/python bench/bench_fleet.py --markdown bench/FLEET.md $(BENCH_FLEET_ARGS)
+	$(VENV)/bin/python bench/bench_sweep.py --markdown bench/RESULTS.md $(SWEEP_BENCH_ARGS)
 	$(VENV)/bin/python bench/summary.py bench/RESULTS.md bench/FLEET.md
 
 # The single file carries clustercheck (from the wheel) and the pure-Python dependencies as this

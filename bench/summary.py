@@ -5,7 +5,8 @@ Reads what the benchmarks wrote, measures nothing itself:
 
   bench/RESULTS.md  the prolog section (bench/bench.py: clustercheck vs LBNL NHC, the single
                     file), the nccl-log section (bench/bench_nccl.py: vs `grep -c`, each size and
-                    process count), the storage section (bench/bench_storage.py: vs fio)
+                    process count), the storage section (bench/bench_storage.py: vs fio), the
+                    sweep section (bench/bench_sweep.py: its own cost over the loopback Slurm)
   bench/FLEET.md    the fleet section (bench/bench_fleet.py: vs clush and pdsh)
 
 and writes, between `<!-- bench_summary -->` markers at the top of RESULTS.md, one row per
@@ -214,6 +215,19 @@ def fleet_rows(fleet: str | None) -> list[Row]:
     return rows or [Row("fleet", "at most pdsh's time", "no ratio lines in bench/FLEET.md", "?", when, "")]
 
 
+def sweep_rows(results: str) -> list[Row]:
+    text = section(results, "bench_sweep")
+    if text is None:
+        return [Row("sweep", "own part per node at most 1 s; fan-out", "not measured", "not run", "?", "")]
+    when = when_of(text)
+    command = first(r"^Command:\s*`(.+)`", text, "python bench/bench_sweep.py")
+    rows = [
+        Row("sweep", target, figure, "yes" if verdict == "HELD" else "no", when, f"`{command}`")
+        for verdict, target, figure in re.findall(r"^TARGET (HELD|MISSED): sweep (.+?) ([0-9.]+ ?s?x? .*)$", text, re.M)
+    ]
+    return rows or [Row("sweep", "own part per node; fan-out", "no TARGET lines in the section", "?", when, command)]
+
+
 def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -264,7 +278,7 @@ def main() -> int:
         return 2
     results = args.results.read_text()
     fleet = args.fleet.read_text() if args.fleet.exists() else None
-    rows = prolog_rows(results) + nccl_rows(results) + storage_rows(results) + fleet_rows(fleet)
+    rows = prolog_rows(results) + nccl_rows(results) + storage_rows(results) + sweep_rows(results) + fleet_rows(fleet)
     table = render(rows)
     if START in results and END in results:
         before, rest = results.split(START, 1)

@@ -68,9 +68,11 @@ class Outcome(NamedTuple):
     reason: str | None = None  # the drain reason set
     passes: int = 0  # how many times the profile ran on the node
     command: list[str] | None = None  # the scontrol command carried out
+    seconds: float = 0.0  # the node's whole turn: state reads, allocations, runs, decision
+    srun_s: float = 0.0  # of which inside srun (allocation, prolog, the node's run of the profile)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self._asdict())
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in self._asdict().items()}
 
 
 class Options(NamedTuple):
@@ -110,6 +112,7 @@ class Sweeper:
         self.reports: dict[str, HostReport] = {}
         self.folder = Path(tempfile.mkdtemp(prefix="clustercheck-sweep-"))
         self.pool: ThreadPoolExecutor | None = None
+        self.srun_s: dict[str, float] = {}  # node -> seconds spent in srun
         self.futures: dict[str, Future[Outcome]] = {}
 
     # -- Slurm ------------------------------------------------------------------------------------
@@ -154,6 +157,19 @@ class Sweeper:
         if not names:
             raise UsageError("no node to sweep: give a hostlist, -p/--partition, or --ssh HOSTLIST")
         return names
+
+    def check_record_folder(self, node: str) -> None:
+        """The record must be writable before any node is drained: without it no drain could be resumed."""
+        folder = self.record_path(node).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=folder, prefix=".clustercheck-probe-"):
+                pass
+        except OSError as exc:
+            raise UsageError(
+                f"--record-file {self.opts.record_file}: cannot write in {folder} ({exc.strerror or exc}): the sweep "
+                "keeps there the drain reasons it sets, without which it could never resume a node"
+            ) from None
 
     def reservation_exists(self, name: str) -> bool:
         return bool(self.scontrol("show", "reservation", name).ok)
@@ -208,6 +224,7 @@ class Sweeper:
                 errors="replace",
             )
             self.procs.add(proc)
+        started = time.monotonic()
         try:
             stdout, stderr = proc.communicate(timeout=self.opts.run_timeout + logic.IMMEDIATE_S + 60)
         except subprocess.TimeoutExpired:
@@ -220,6 +237,7 @@ class Sweeper:
         finally:
             with self.lock:
                 self.procs.discard(proc)
+                self.srun_s[node] = self.srun_s.get(node, 0.0) + time.monotonic() - started
         with self.lock:
             if self.stopping:
                 return None, "the sweep was interrupted during the run"
@@ -353,6 +371,8 @@ class Sweeper:
     # -- the whole sweep --------------------------------------------------------------------------
     def run(self) -> None:
         nodes = self.nodes()
+        if not self.opts.dry_run:
+            self.check_record_folder(nodes[0])
         reservation = self.opts.reservation
         if reservation and not self.reservation_exists(reservation):
             first = [logic.plan(self.state(n), self.record(n), reserved_ok=True) for n in nodes]
@@ -380,10 +400,14 @@ class Sweeper:
                     continue
 
     def _guarded(self, node: str, reservation: str | None) -> Outcome:
+        start = time.monotonic()
         try:
-            return self.sweep_node(node, reservation)
+            outcome = self.sweep_node(node, reservation)
         except ClusterCheckError as exc:
-            return Outcome(node, "error", str(exc))
+            outcome = Outcome(node, "error", str(exc))
+        with self.lock:
+            srun_s = self.srun_s.get(node, 0.0)
+        return outcome._replace(seconds=time.monotonic() - start, srun_s=srun_s)
 
     def cleanup(self, interrupted: bool) -> list[str]:
         """Stop the allocations, drain again what was resumed for a test, delete the reservations
@@ -461,18 +485,13 @@ def signals_raise() -> Iterator[None]:
     def handler(signum: int, _frame: object) -> None:
         raise Interrupted(signum)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, handler)
     try:
         yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def _quiet_signals() -> None:
-    """During cleanup a second signal must not cut it short."""
-    for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, signal.SIG_IGN)
+    finally:  # the cleanup that follows must not be cut short by a second signal
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, signal.SIG_IGN)
 
 
 # -- the report ---------------------------------------------------------------------------------------
@@ -661,7 +680,6 @@ def sweep(
     except Interrupted as exc:
         interrupted = exc
     finally:
-        _quiet_signals()
         problems = sweeper.cleanup(interrupted is not None)
     names = list(sweeper.outcomes)
     report = merged_report(options.profile, names, sweeper.reports, sweeper.outcomes)

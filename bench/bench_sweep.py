@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""clustercheck sweep's own cost over a real loopback Slurm: its overhead per node and its fan-out.
+
+Starts munged, slurmctld and --nodes slurmd on 127.0.0.1 (tests/slurm_cluster.py, as root; every
+job runs the cluster's Prolog, a `clustercheck prolog` replay, as a site's would), and sweeps them
+with a profile of one site check that does nothing, so everything measured is the sweep's:
+
+- overhead per node: a node's whole turn (its state read right before, the srun allocation with
+  the Prolog, `clustercheck run --local` starting and reporting, the state read after, the
+  decision) minus the checks' own run time, from the sweep's --out-json (`seconds`, `srun_s` and
+  each check's `duration_s`); split into what srun takes and what the sweep itself does;
+- fan-out: the wall time of one `clustercheck sweep` over all nodes at -j N against -j 1 (each
+  node one exclusive allocation either way).
+
+Targets (this machine's loopback Slurm, 2 shared CPUs): the sweep's own part (outside srun) at
+most 1 s per node, and the fan-out at -j N at least 2x faster than -j 1. Writes its section into
+--markdown FILE between <!-- bench_sweep --> markers (bench/summary.py reads it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, short_tmpdir  # noqa: E402
+
+NOOP = '''from clustercheck import Host, Result, check, ok
+
+
+@check(action="INVESTIGATE")
+def noop(host: Host) -> Result:
+    """Does nothing: what a sweep costs beyond its checks."""
+    return ok("nothing checked")
+'''
+OVERHEAD_TARGET_S = 1.0  # the sweep's own part per node (outside srun)
+FANOUT_TARGET = 2.0  # -j N at least this much faster than -j 1
+
+
+def sweep(cluster: SlurmCluster, work: Path, nodes: list[str], jobs: int, tag: str) -> tuple[float, dict]:  # type: ignore[type-arg]
+    out = work / f"{tag}.json"
+    argv = [
+        *CLUSTERCHECK,
+        "sweep",
+        ",".join(nodes),
+        "-p",
+        str(work / "bench.yaml"),
+        "--checks",
+        str(work / "checks"),
+        "--record-file",
+        f"{work}/records/{{node}}.json",
+        "-j",
+        str(jobs),
+        "--run-timeout",
+        "60",
+        "--out-json",
+        str(out),
+    ]
+    start = time.monotonic()
+    proc = subprocess.run(argv, env=cluster.env, capture_output=True, text=True, timeout=600, check=False)
+    wall = time.monotonic() - start
+    if proc.returncode != 0 or not out.exists():
+        raise SystemExit(f"bench_sweep: the sweep failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    doc = json.loads(out.read_text())
+    bad = {n: o["done"] for n, o in doc["sweep"].items() if o["done"] != "passed"}
+    if bad:
+        raise SystemExit(f"bench_sweep: nodes not passed: {bad}")
+    return wall, doc
+
+
+def per_node(doc: dict) -> list[tuple[float, float, float]]:  # type: ignore[type-arg]
+    """(whole turn, inside srun, checks) seconds of each node."""
+    rows = []
+    for node, o in doc["sweep"].items():
+        checks = sum(c["duration_s"] for c in doc["hosts"][node]["checks"])
+        rows.append((o["seconds"], o["srun_s"], checks))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=8, help="loopback slurmd daemons (default 8)")
+    ap.add_argument("--rounds", "-n", type=int, default=3, help="measured rounds (default 3)")
+    ap.add_argument("--markdown", metavar="FILE", help="write the section into FILE (default: stdout only)")
+    args = ap.parse_args()
+    missing = missing_binaries()
+    if missing or os.geteuid() != 0:
+        why = f"missing {', '.join(missing)}" if missing else "not root (slurmd must start jobs)"
+        print(f"bench_sweep: skipped: {why}", file=sys.stderr)
+        return 0
+    root = short_tmpdir("cc-bsweep-")
+    work = root / "work"
+    (work / "checks").mkdir(parents=True)
+    (work / "checks" / "bench.py").write_text(NOOP)
+    (work / "bench.yaml").write_text("checks:\n  bench.noop:\n")
+    work.chmod(0o755)
+    nodes = [f"b{i:02d}" for i in range(1, args.nodes + 1)]
+    cluster = SlurmCluster(root, nodes, health_interval=0)
+    try:
+        cluster.start(REPO / "fixtures" / "prolog-cluster" / "healthy")
+        sweep(cluster, work, nodes[:1], 1, "warmup")
+        one, fan1, fann = [], [], []
+        turns: list[tuple[float, float, float]] = []
+        for r in range(args.rounds):
+            wall, doc = sweep(cluster, work, nodes[:1], 1, f"one-{r}")
+            one.append(wall)
+            turns += per_node(doc)
+            wall, doc = sweep(cluster, work, nodes, 1, f"serial-{r}")
+            fan1.append(wall)
+            turns += per_node(doc)
+            wall, doc = sweep(cluster, work, nodes, len(nodes), f"fanout-{r}")
+            fann.append(wall)
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    med = statistics.median
+    whole = med(t for t, _, _ in turns)
+    in_srun = med(s - c for _, s, c in turns)
+    own = med(t - s for t, s, _ in turns)
+    overhead = med(t - c for t, _, c in turns)
+    speedup = med(fan1) / med(fann)
+    fixed = med(one) - whole  # interpreter and CLI start, profile load, report, cleanup
+    own_ok = own <= OVERHEAD_TARGET_S
+    fan_ok = speedup >= FANOUT_TARGET
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    command = f"python bench/bench_sweep.py --nodes {args.nodes} --rounds {args.rounds}"
+    text = f"""## Sweep over the loopback Slurm (bench/bench_sweep.py)
+
+Date: {date}
+Command: `{command}`
+
+{args.nodes} slurmd on 127.0.0.1, each job with the cluster's Prolog (a `clustercheck prolog` replay); the
+profile is one site check that does nothing, so every second below is the sweep's. Medians of
+{args.rounds} rounds; {len(turns)} node turns.
+
+| per node | seconds |
+| --- | ---: |
+| whole turn (state reads, srun, run --local, decision) | {whole:.2f} |
+| overhead: whole turn minus the checks' run time | {overhead:.2f} |
+| of which inside srun (allocation, Prolog, interpreter start, report) | {in_srun:.2f} |
+| of which the sweep's own (scontrol before and after, decision, report) | {own:.2f} |
+
+| sweep of | -j | wall s |
+| --- | ---: | ---: |
+| 1 node | 1 | {med(one):.2f} |
+| {args.nodes} nodes | 1 | {med(fan1):.2f} |
+| {args.nodes} nodes | {args.nodes} | {med(fann):.2f} |
+
+Fixed cost of one sweep (a 1-node sweep's wall time minus a node's median turn: interpreter and
+CLI start, profile load, node list, the table and JSON report, cleanup; on a shared machine
+mostly the load of the moment, as is the srun part): {fixed:.2f} s.
+
+Fan-out: -j {args.nodes} is {speedup:.2f}x faster than -j 1 over {args.nodes} nodes.
+
+TARGET {"HELD" if own_ok else "MISSED"}: sweep own part per node {own:.2f} s (at most {OVERHEAD_TARGET_S:g} s)
+TARGET {"HELD" if fan_ok else "MISSED"}: sweep fan-out {speedup:.2f}x over -j 1 (at least {FANOUT_TARGET:g}x)
+"""
+    print(text)
+    if args.markdown:
+        write_markdown(Path(args.markdown), text)
+    return 0
+
+
+def write_markdown(path: Path, text: str) -> None:
+    """Replace this benchmark's section in FILE (other benchmarks share it), or append it."""
+    start, end = "<!-- bench_sweep -->", "<!-- /bench_sweep -->"
+    block = f"{start}\n{text}{end}\n"
+    old = path.read_text() if path.exists() else ""
+    if start in old and end in old:
+        before, rest = old.split(start, 1)
+        new = before + block + rest.split(end, 1)[1].lstrip("\n")
+    else:
+        new = (old.rstrip("\n") + "\n\n" if old else "") + block
+    path.write_text(new)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
