@@ -39,7 +39,14 @@ def _fabric_manager(host: Host) -> tuple[str, str]:
 
 
 @check(
-    needs=["probe nvml", "command nvidia-smi", "command systemctl", "command pgrep", "command dmesg"],
+    needs=[
+        "probe nvml",
+        "command nvidia-smi",
+        "command systemctl",
+        "command pgrep",
+        "command dmesg",
+        "command journalctl",
+    ],
     timeout=40,
     action="RESTART_SERVICE",
 )
