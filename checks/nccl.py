@@ -341,7 +341,8 @@ LOOPBACK_ENV = {
     "network": ("NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1", "NCCL_NVLS_ENABLE=0"),
     "nvlink": ("NCCL_P2P_LEVEL=NVL", "NCCL_SHM_DISABLE=1", "NCCL_IB_DISABLE=1"),
 }
-_DEBUG_ENV = ("NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,ENV,NET")
+#: NCCL's default subsystems (INIT,BOOTSTRAP,ENV: domain-facts §C.3) and NET, for its GPUDirect RDMA lines per HCA.
+_DEBUG_ENV = ("NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,ENV,NET")
 NCCL_TESTS_PACKAGE = (
     "nccl-tests (NVIDIA's nccl-tests: `make` in its source against the node's CUDA and NCCL, or the "
     "image's /usr/local/bin/all_reduce_perf); set the check's `binary` to its path"
@@ -406,7 +407,7 @@ def loopback(
     back, so one node proves its NICs, GPUDirect RDMA and NCCL's network choice (Azure's aznhc
     runs the same IB-loopback all_reduce).
 
-    How: runs `env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,NET NCCL_P2P_DISABLE=1
+    How: runs `env NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,ENV,NET NCCL_P2P_DISABLE=1
     NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0 all_reduce_perf -b MIN -e MAX -f FACTOR -g GPUS`
     (GPUS: `gpus`, or the count of `nvidia-smi -L`; at least 2; sizes 8M..1G by default, seconds
     to a minute). NCCL's log is judged by the nccl-log analyzer: TCP sockets (NCCL_IB_DISABLE,

@@ -17,7 +17,7 @@ from clustercheck import Host, Result, check, fail, ok
 from clustercheck.errors import HostError
 from clustercheck.facts import shorten_last_observation
 from clustercheck.facts.infiniband import parse_rate, parse_state, rdma
-from clustercheck.facts.perftest import PACKAGE, BwVerdict, PerftestParseError, judge_bw, parse_bw
+from clustercheck.facts.perftest import PACKAGE, BwVerdict, PerftestParseError, bw_argv, judge_bw, parse_bw
 
 #: One loopback run: $1 the binary, $2 the HCA, the rest perftest's options. The server writes to
 #: stderr (kept as the run's stderr), the client to stdout. A client that fails while the server
@@ -116,9 +116,6 @@ def bandwidth(
     for pair in cuda:
         hca, _, index = pair.partition(":")
         gpus.setdefault(hca, []).append(int(index))
-    options = ["--report_gbits", "-s", str(size), "-n", str(iterations)]
-    if gid_index >= 0:
-        options += ["-x", str(gid_index)]
     fails: list[tuple[str, str]] = []  # (label, action)
     errors: list[str] = []
     evidence: list[str] = []
@@ -134,9 +131,9 @@ def bandwidth(
             fails.append((f"{label} links at {rate:g} Gb/s, below the expected {expected_rate:g} Gb/s", "CHECK_CABLE"))
             continue
         for gpu in [None, *gpus.get(hca, [])]:
-            extra = [] if gpu is None else [f"--use_cuda={gpu}"]
+            options = list(bw_argv(binary, hca, size=size, iterations=iterations, gid_index=gid_index, cuda=gpu)[3:])
             where = label + ("" if gpu is None else f" from GPU {gpu}")
-            verdict = _one(host, binary, hca, options + extra, target, min_fraction, run_timeout)
+            verdict = _one(host, binary, hca, options, target, min_fraction, run_timeout)
             entry["runs"].append({"memory": "host" if gpu is None else f"gpu {gpu}", **verdict.to_json()})
             evidence.append(f"{where}: {verdict.status}: {verdict.message}")
             if verdict.status == "fail":

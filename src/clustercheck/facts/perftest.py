@@ -186,6 +186,19 @@ def parse_bw(text: str) -> BwRun:
     return BwRun(test, units, ordered, fields, cuda, complete, tuple(problems))
 
 
+def bw_argv(
+    binary: str, device: str, *, size: int, iterations: int, gid_index: int = -1, cuda: int | None = None
+) -> tuple[str, ...]:
+    """One end of a bandwidth run: `ib_write_bw -d DEV --report_gbits -s SIZE -n ITERS [-x GID]
+    [--use_cuda=GPU]`; the client appends the server's address (the sweep's pairs: its host name)."""
+    argv = [binary, "-d", device, "--report_gbits", "-s", str(size), "-n", str(iterations)]
+    if gid_index >= 0:
+        argv += ["-x", str(gid_index)]
+    if cuda is not None:
+        argv.append(f"--use_cuda={cuda}")
+    return tuple(argv)
+
+
 # -- the verdict ------------------------------------------------------------------------------
 
 
@@ -251,6 +264,7 @@ __all__ = [
     "BwRun",
     "BwVerdict",
     "PerftestParseError",
+    "bw_argv",
     "judge_bw",
     "parse_bw",
 ]
