@@ -571,6 +571,11 @@ def test_every_gpu_check_explains_itself() -> None:
     for check_id in ("gpu.count", "gpu.ecc", "gpu.xid", "gpu.peermem", "stack.cuda_compat", "stack.nccl"):
         spec = registry.lookup(check_id)
         assert spec is not None and "Why:" in spec.doc and "How:" in spec.doc and "Fix:" in spec.doc
+    names = ("count", "model", "driver", "ecc", "pcie_link", "persistence_mode", "throttle", "power", "processes")
+    for check_id in [f"gpu.{n}" for n in (*names, "xid", "isolation", "peermem")]:
+        spec = registry.lookup(check_id)
+        assert spec is not None and spec.action, f"{check_id} names its usual action"
+        assert all(w in spec.doc for w in ("Why:", "How:", "Fix:")), check_id
     proc = cli("explain", "gpu.xid")
     assert proc.returncode == 0 and "NVIDIA's XID catalog" in proc.stdout
 

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
-from clustercheck.errors import HostError
+from clustercheck.errors import HostError, NotRecorded
 from clustercheck.facts.gpu import gpus
 from clustercheck.facts.kernel_log import (
     NVLINK_XIDS,
@@ -148,7 +148,7 @@ def _firmware_facts(answering: list[Gpu]) -> dict[str, str]:
 # -- count, model -------------------------------------------------------------------------
 
 
-@check(needs=["probe nvml", *NEEDS, "file /etc/slurm/gres.conf"], timeout=20)
+@check(needs=["probe nvml", *NEEDS, "file /etc/slurm/gres.conf"], timeout=20, action="REBOOT")
 def count(host: Host, *, expected: int = 0, slurm_expected: bool = False) -> Result:
     """`expected` GPUs are visible and answer (0: at least one, or with `slurm_expected` what Slurm gives the node).
 
@@ -201,7 +201,7 @@ def count(host: Host, *, expected: int = 0, slurm_expected: bool = False) -> Res
     return ok(f"{len(answering)} GPUs visible: {', '.join(names)}", data=data, evidence=evidence)
 
 
-@check(needs=["probe nvml"], timeout=20)
+@check(needs=["probe nvml"], timeout=20, action="FIX_CONFIG")
 def model(host: Host, *, expected: str) -> Result:
     """Every GPU's name contains `expected` (e.g. "H100"), all the same model.
 
@@ -262,7 +262,7 @@ def _vkey(version: str) -> tuple[int, ...]:
     return version_key(version)
 
 
-@check(needs=["probe nvml", "file /proc/driver/nvidia/version"], timeout=20)
+@check(needs=["probe nvml", "file /proc/driver/nvidia/version"], timeout=20, action="FIX_CONFIG")
 def driver(host: Host, *, min_version: str = "", exact: str = "") -> Result:
     """The NVIDIA driver is `exact` or at least `min_version`, and its kernel module matches user space.
 
@@ -307,6 +307,7 @@ def driver(host: Host, *, min_version: str = "", exact: str = "") -> Result:
     if problems:
         return fail(
             "; ".join(problems),
+            action="REBOOT" if user and module and user != module else "FIX_CONFIG",
             remedy="Install the site's driver branch; after an upgrade reboot so the kernel module and the "
             "libraries match (`cat /proc/driver/nvidia/version` vs `nvidia-smi`).",
             data=data,
@@ -320,7 +321,7 @@ def driver(host: Host, *, min_version: str = "", exact: str = "") -> Result:
 # -- ECC -----------------------------------------------------------------------------------
 
 
-@check(needs=["probe nvml"], timeout=20)
+@check(needs=["probe nvml"], timeout=20, action="RESET_GPU")
 def ecc(host: Host, *, require_enabled: bool = True) -> Result:
     """No uncorrectable ECC errors, no pending page retirement or row remap, no remap failure.
 
@@ -385,6 +386,13 @@ def ecc(host: Host, *, require_enabled: bool = True) -> Result:
     if failures:
         return fail(
             "; ".join(failures),
+            action=(
+                "REPLACE_HW"
+                if any(g.remap_failure for g in usable)
+                else "FIX_CONFIG"
+                if all(f.endswith(": ECC is disabled") for f in failures)
+                else "RESET_GPU"
+            ),
             remedy="Drain the node and reset the GPU (`nvidia-smi -r -i N` or reboot) to apply pending remaps and "
             "retirements; a row-remap failure or repeated uncorrectable errors on one GPU is an RMA (give its UUID).",
             data=data,
@@ -447,7 +455,9 @@ def slot_width(host: Host, bus_id: str) -> tuple[int | None, str]:
         if not _BDF_RE.match(parent.rsplit("/", 1)[-1]):
             return None, f"{path}: the GPU sits on a root bus, no upstream port"
         text = (host.read_optional(parent + "/max_link_width") or "").strip()
-    except HostError as exc:  # not recorded in a fixture, a read that failed: judged against the GPU alone
+    except NotRecorded:  # a fixture recorded before the slot was read: judged against the GPU alone
+        return None, "slot not read (not in this recording)"
+    except HostError as exc:  # a read that failed: judged against the GPU alone
         return None, f"slot not read: {exc}"
     if not text.isdigit() or not 0 < int(text) <= 32:
         return None, f"{parent}/max_link_width is {text or 'absent'}"
@@ -507,8 +517,11 @@ def pcie_link(host: Host, *, expected_width: int = 0, check_gen: bool = False, e
                 by_design += 1
                 line += f" (x{current} is all the slot offers)"
             else:
-                want = min(slot, top) if slot is not None else top
-                narrow.append(f"{g.label}: PCIe link x{current}, max x{want} (GPU x{top}, slot x{_n(slot)})")
+                if slot is None:
+                    narrow.append(f"{g.label}: PCIe link x{current}, max x{top} (the GPU's; the slot not read)")
+                else:
+                    want = min(slot, top)
+                    narrow.append(f"{g.label}: PCIe link x{current}, max x{want} (GPU x{top}, slot x{slot})")
         evidence.append(line)
         maxima = [x for x in (g.pcie_gen_device_max, g.pcie_gen_host_max, g.pcie_gen_max) if x is not None]
         gen_want = expected_gen or (min(maxima) if maxima else 0)
@@ -555,7 +568,7 @@ def pcie_link(host: Host, *, expected_width: int = 0, check_gen: bool = False, e
 # -- persistence mode -------------------------------------------------------------------------
 
 
-@check(needs=["probe nvml"], timeout=20)
+@check(needs=["probe nvml"], timeout=20, action="FIX_CONFIG")
 def persistence_mode(host: Host, *, expected: bool = True) -> Result:
     """Persistence mode is on (or off, with `expected: false`) on every GPU.
 
@@ -592,7 +605,7 @@ def persistence_mode(host: Host, *, expected: bool = True) -> Result:
 # -- clocks and temperature ---------------------------------------------------------------
 
 
-@check(needs=["probe nvml"], timeout=20)
+@check(needs=["probe nvml"], timeout=20, action="INVESTIGATE")
 def throttle(
     host: Host,
     *,
@@ -1203,7 +1216,7 @@ def xid(
 # -- MIG and compute mode --------------------------------------------------------------------
 
 
-@check(needs=["probe nvml"], timeout=20)
+@check(needs=["probe nvml"], timeout=20, action="FIX_CONFIG")
 def isolation(host: Host, *, mig: str = "any", compute_mode: str = "any") -> Result:
     """MIG mode is `mig` (enabled/disabled) and the compute mode is `compute_mode` on every GPU.
 
@@ -1265,6 +1278,7 @@ _DMABUF_ARCHS = ("Turing", "Ampere", "Ada Lovelace", "Hopper", "Blackwell")
 @check(
     needs=["probe nvml", "file /proc/modules", "file /proc/driver/nvidia/version", "file /proc/sys/kernel/osrelease"],
     timeout=20,
+    action="FIX_CONFIG",
 )
 def peermem(host: Host, *, allow_dmabuf: bool = True) -> Result:
     """GPUDirect RDMA is possible: nvidia_peermem (or nv_peer_mem) is loaded, or DMA-BUF is available.
