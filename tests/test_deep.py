@@ -655,3 +655,36 @@ def test_cli_replays_the_fixture(name: str) -> None:
     (host,) = json.loads(proc.stdout)["hosts"].values()
     (check,) = host["checks"]
     assert words in check["summary"], check["summary"]
+
+
+def _replay_edited(tmp_path: Path, state: str, rate: str, params: dict[str, Any]) -> dict[str, Any]:
+    """deep-rdma-bw-degraded with its port's sysfs state and rate edited, under a profile of `params`."""
+    import shutil
+
+    fixture = tmp_path / "fixture"
+    shutil.copytree(FIXTURES / "deep-rdma-bw-degraded", fixture)
+    port = fixture / "files" / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    (port / "state").write_text(state)
+    (port / "rate").write_text(rate)
+    profile = tmp_path / "deep-edited.yaml"
+    profile.write_text(json.dumps({"name": "deep-edited", "checks": {"rdma.bandwidth": params}}))
+    proc = cli("run", "--replay", fixture, "--profile", profile, "--format", "json")
+    (host,) = json.loads(proc.stdout)["hosts"].values()
+    (check,) = host["checks"]
+    return dict(check)
+
+
+def test_rdma_bandwidth_a_port_down_fails_without_a_run(tmp_path: Path) -> None:
+    check = _replay_edited(tmp_path, "1: DOWN", "400 Gb/sec (4X NDR)", {"devices": ["mlx5_0"]})
+    assert (check["status"], check["action"]) == ("fail", "CHECK_CABLE"), check
+    assert check["summary"] == "mlx5_0 port 1 is DOWN: no bandwidth can be measured"
+
+
+def test_rdma_bandwidth_a_port_trained_below_the_expected_rate_fails(tmp_path: Path) -> None:
+    params = {"devices": ["mlx5_0"], "expected_rate": 400.0}
+    check = _replay_edited(tmp_path, "4: ACTIVE", "200 Gb/sec (4X HDR)", params)
+    assert check["status"] == "fail", check
+    assert check["summary"] == "mlx5_0 port 1 links at 200 Gb/s, below the expected 400 Gb/s"
+    # at its sysfs rate alone the same port and run pass: 201.8 Gb/s of 200
+    check = _replay_edited(tmp_path / "again", "4: ACTIVE", "200 Gb/sec (4X HDR)", {"devices": ["mlx5_0"]})
+    assert check["status"] == "ok", check
