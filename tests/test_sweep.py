@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from tests.helpers import FIXTURES
 from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, short_tmpdir
+from tests.sshd import Fleet
 
 from clustercheck import sweep as logic
 from clustercheck.result import CheckResult, Status
@@ -31,7 +32,8 @@ from clustercheck import Host, Result, check, fail, ok
 
 
 def _node(host: Host) -> str:
-    return host.output("printenv", "SLURMD_NODENAME").strip()
+    """The Slurm node it runs on; over SSH, the address it was reached at."""
+    return host.output("sh", "-c", 'echo "${SLURMD_NODENAME:-$(set -- $SSH_CONNECTION; echo $3)}"').strip()
 
 
 @check(action="REPLACE_HW", timeout=120)
@@ -139,8 +141,11 @@ def test_sweep_drains_the_failing_node_skips_a_busy_one_and_never_touches_an_adm
     )
     try:
         slurm.wait_for(lambda: slurm.state("w3").startswith(("ALLOC", "MIX")), 20, "the job on w3")
-        code, doc = sweep_json(slurm, site, "w1", "w2", "w3", "w4")
+        page = site.root / "sweep.html"
+        code, doc = sweep_json(slurm, site, "w1", "w2", "w3", "w4", extra=("--out-html", str(page)))
         assert code == 2, doc["sweep"]
+        html = page.read_text()  # the same merged report as a page: the drained node's action shown
+        assert html.count('<tr class="host"') == 4 and '<code class="action">REPLACE_HW</code>' in html
         done = {n: o["done"] for n, o in doc["sweep"].items()}
         assert done == {"w1": "passed", "w2": "drained", "w3": "skipped", "w4": "skipped"}
         # the owned reason, with the failed check's action, as Slurm shows it
@@ -223,6 +228,44 @@ def test_sigterm_drains_again_what_it_resumed_and_leaves_no_reservation(slurm: S
     slurm.wait_for(lambda: slurm.jobs() == [], 20, "the sweep's jobs to be gone")
     site.arrange("w7", hw="ok")
     site.arrange("w1", hw="ok")
+
+
+@needs_slurm
+def test_dry_run_of_a_partition_lists_what_it_would_test_and_changes_nothing(slurm: SlurmCluster, site: Site) -> None:
+    proc = slurm.clustercheck(*site.args("--partition", "main", "--dry-run"), timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for node in slurm.nodes:  # other tests may have left a node drained: each line follows its state
+        state = slurm.state(node)
+        said = f"{node}: would test: {node} is IDLE: idle" if state == "IDLE" else f"{node}: skipped: {node} is {state}"
+        assert said in proc.stdout, proc.stdout
+    assert slurm.jobs() == [] and slurm.reservations() == []
+
+
+def test_bad_input_is_refused_before_any_node_is_touched(site: Site) -> None:
+    from tests.helpers import cli
+
+    missing = cli("sweep", "n[1-2]", "-p", site.root / "nope.yaml", "--record-file", site.root / "{node}.json")
+    assert missing.returncode == 64 and "nope.yaml" in missing.stderr and "Traceback" not in missing.stderr
+    both = cli("sweep", "n1", "--ssh", "127.0.0.2", "-p", site.profile)
+    assert both.returncode == 64 and "--ssh HOSTLIST runs without Slurm" in both.stderr
+    hostlist = cli("sweep", "n[1-", "-p", site.profile, "--checks", site.root / "checks")
+    assert hostlist.returncode == 64 and "Traceback" not in hostlist.stderr, hostlist.stderr
+
+
+def test_over_ssh_the_second_pass_holds_and_nothing_is_drained(fleet_sshd: Fleet, site: Site) -> None:
+    from tests.helpers import cli
+
+    (site.root / "flags").chmod(0o777)
+    site.arrange("127.0.0.2", bw=[10, 100])
+    site.arrange("127.0.0.3", hw="fail")
+    out = site.root / "ssh.json"
+    args = site.args()[1:]  # no Slurm: no record file is read or written
+    proc = cli("sweep", "--ssh", "127.0.0.[2-3]", "--ssh-config", fleet_sshd.ssh_config, *args, "--out-json", out)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["sweep"]["127.0.0.2"]["passes"] == 2 and doc["hosts"]["127.0.0.2"]["status"] == "ok"
+    assert doc["sweep"]["127.0.0.3"]["done"] == "left" and "nothing drained" in doc["sweep"]["127.0.0.3"]["why"]
+    assert not (site.root / "records").exists()
 
 
 # -- the pure decisions ---------------------------------------------------------------------------------
