@@ -688,3 +688,21 @@ def test_rdma_bandwidth_a_port_trained_below_the_expected_rate_fails(tmp_path: P
     # at its sysfs rate alone the same port and run pass: 201.8 Gb/s of 200
     check = _replay_edited(tmp_path / "again", "4: ACTIVE", "200 Gb/sec (4X HDR)", {"devices": ["mlx5_0"]})
     assert check["status"] == "ok", check
+
+
+@pytest.mark.parametrize(
+    ("check_id", "tool", "corpus", "params", "words"),
+    [
+        ("nccl.loopback", "all_reduce_perf", EFA_GDR, LOOP, "exited 1 although its log and table passed"),
+        ("gpu.bandwidth", "nvbandwidth", JSON_WARN, {**GPU, "min_h2d": 10, "min_d2h": 10}, "exited 1 although"),
+        ("rdma.bandwidth", "ib_write_bw", HDR8M, {**RDMA, "expected_rate": 200.0}, "exited 1 although its table"),
+    ],
+)
+def test_a_passing_output_with_a_failed_exit_is_not_a_pass(
+    tmp_path: Path, check_id: str, tool: str, corpus: Path, params: dict[str, Any], words: str
+) -> None:
+    server = 'case " $* " in *" localhost "*) ;; *) exec sleep 300 ;; esac\n' if tool == "ib_write_bw" else ""
+    bin_dir = standin(tmp_path, tool, f"{server}cat '{corpus}'\nexit 1\n")
+    code, check = run_local(tmp_path, {check_id: params}, bin_dir)
+    assert (code, check["status"]) == (3, "error"), check
+    assert words in check["summary"], check["summary"]

@@ -7,7 +7,6 @@ know it) and reads what it printed with clustercheck.facts.nvbandwidth. This mod
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -234,7 +233,7 @@ def judge(
             evidence=evidence,
         )
     if exit_code not in (0, None):
-        _error(f"{shlex.quote(str(data['command']))} exited {exit_code} although its results passed", "rerun it", data)
+        _error(f"`{data.get('command')}` exited {exit_code} although its results passed", "rerun it by hand", data)
     multi_waived = [t for t in waived if not (gpus == 1 and t.startswith(("device_to_device", "all_to_one", "one_to")))]
     if multi_waived or not_measured:
         what = multi_waived + not_measured[:4]
