@@ -4,7 +4,8 @@ Reads, per RoCE port (an RDMA port whose link layer is Ethernet, from the rdma g
 clustercheck.facts.infiniband): /sys/class/infiniband/<HCA>/ports/<N>/gid_attrs/ndevs/0 (its
 network interface), `mlnx_qos -i <if>` (MLNX_OFED / mlnx-tools: trust state, DSCP->priority
 map, PFC per priority), /sys/class/net/<if>/ecn/roce_np/enable/<prio> and roce_rp/enable/<prio>
-(ECN notification and reaction point) and /sys/class/net/<if>/mtu. Nothing here writes.
+(ECN notification and reaction point) and /sys/class/net/<if>/mtu, in one `grep -H .` per
+interface. Nothing here writes.
 Parsers: clustercheck.facts.roce.
 """
 
@@ -15,13 +16,14 @@ Parsers: clustercheck.facts.roce.
 from __future__ import annotations
 
 import fnmatch
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import HostError
 from clustercheck.facts.infiniband import Port, rdma
-from clustercheck.facts.roce import QosReading, parse_flag, parse_int, parse_mlnx_qos, ranges
+from clustercheck.facts.roce import QosReading, parse_mlnx_qos, parse_net_sysfs, ranges
 
 
 def _validate(params: Mapping[str, Any], profiles: tuple[str, ...]) -> list[str]:
@@ -140,25 +142,30 @@ def qos(
             f_pfc[label] = ranges(reading.pfc_priorities()) if reading.pfc is not None else "?"
             if reading.trust == "dscp":
                 f_map[label] = ranges(reading.dscps_of(priority))
+        base = f"/sys/class/net/{ndev}"
+        quoted = shlex.quote(base)
+        read = host.run(
+            "sh", "-c", f"grep -H . {quoted}/ecn/roce_np/enable/* {quoted}/ecn/roce_rp/enable/* {quoted}/mtu; exit 0"
+        )
+        net = parse_net_sysfs(read.stdout.splitlines())
         if ecn:
-            base = f"/sys/class/net/{ndev}/ecn"
-            np = parse_flag(host.read_optional(f"{base}/roce_np/enable/{priority}"))
-            rp = parse_flag(host.read_optional(f"{base}/roce_rp/enable/{priority}"))
+            np, rp = net.ecn.get(("roce_np", priority)), net.ecn.get(("roce_rp", priority))
             entry["ecn"] = {"np": np, "rp": rp}
-            said = f"np {_onoff(np)}, rp {_onoff(rp)}"
-            f_ecn[label] = said
+            on_np = [p for (kind, p), v in sorted(net.ecn.items()) if kind == "roce_np" and v]
+            on_rp = [p for (kind, p), v in sorted(net.ecn.items()) if kind == "roce_rp" and v]
+            f_ecn[label] = f"np {_onoff(np)}, rp {_onoff(rp)}"
             evidence.append(
-                f"{where}: ECN for priority {priority}: notification point {_onoff(np)}, reaction point {_onoff(rp)}"
+                f"{where}: ECN notification point on for priorities {ranges(on_np)}, reaction point {ranges(on_rp)}"
             )
             if np is None or rp is None:
                 unknown.append(
-                    f"{where}: ECN state for priority {priority} unreadable ({base}/roce_np|roce_rp/enable/{priority} "
-                    "absent: a driver without MLNX_OFED's ECN sysfs)"
+                    f"{where}: ECN state for priority {priority} unreadable ({base}/ecn/roce_np|roce_rp/enable/"
+                    f"{priority} absent: a driver without MLNX_OFED's ECN sysfs)"
                 )
             if np is False or rp is False:
                 off = " and ".join(n for n, v in (("notification point", np), ("reaction point", rp)) if v is False)
                 fails.append(f"{where}: ECN {off} off for priority {priority}")
-        value = parse_int(host.read_optional(f"/sys/class/net/{ndev}/mtu"))
+        value = net.mtu
         entry["mtu"] = value
         if value is not None:
             f_mtu[label] = str(value)

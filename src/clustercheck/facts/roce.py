@@ -100,18 +100,6 @@ def parse_mlnx_qos(text: str) -> list[QosReading]:
     return readings
 
 
-def parse_flag(text: str | None) -> bool | None:
-    """A sysfs 0/1 file (`/sys/class/net/<if>/ecn/roce_np/enable/<prio>`) -> bool; None unless 0 or 1."""
-    value = (text or "").strip()
-    return {"1": True, "0": False}.get(value)
-
-
-def parse_int(text: str | None) -> int | None:
-    """A sysfs number file (`/sys/class/net/<if>/mtu`) -> int; None unless a plain decimal."""
-    value = (text or "").strip()
-    return int(value) if value.isascii() and value.isdigit() and len(value) < 12 else None
-
-
 def ranges(numbers: list[int]) -> str:
     """[24, 25, 26, 27, 28, 29, 30, 31] -> '24-31'; [3] -> '3'; [] -> 'none'."""
     if not numbers:
@@ -126,3 +114,29 @@ def ranges(numbers: list[int]) -> str:
         if n is not None:
             start = prev = n
     return ",".join(out)
+
+
+class NetSysfs(NamedTuple):
+    """ECN switches per priority and the MTU of one interface, from `grep -H .` over its sysfs files."""
+
+    ecn: dict[tuple[str, int], bool]  # ("roce_np" | "roce_rp", priority) -> enabled
+    mtu: int | None
+
+
+_ECN_LINE_RE = re.compile(r"^/sys/class/net/[^/\s]{1,32}/ecn/(roce_np|roce_rp)/enable/([0-7]):\s*([01])\s*$")
+_MTU_LINE_RE = re.compile(r"^/sys/class/net/[^/\s]{1,32}/mtu:\s*(\d{1,9})\s*$")
+
+
+def parse_net_sysfs(lines: list[str]) -> NetSysfs:
+    """`grep -H . /sys/class/net/IF/ecn/roce_np/enable/* .../roce_rp/enable/* /sys/class/net/IF/mtu` -> NetSysfs."""
+    ecn: dict[tuple[str, int], bool] = {}
+    mtu = None
+    for line in lines:
+        m = _ECN_LINE_RE.match(line)
+        if m:
+            ecn[(m.group(1), int(m.group(2)))] = m.group(3) == "1"
+            continue
+        m = _MTU_LINE_RE.match(line)
+        if m:
+            mtu = int(m.group(1))
+    return NetSysfs(ecn, mtu)
