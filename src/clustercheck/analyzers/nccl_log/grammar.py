@@ -266,18 +266,18 @@ def split_line(line: str) -> LogLine | None:
     ``[timestamp]`` and ISO timestamps, CloudWatch (``  | ts | message``, or the message twice
     around `` | ``), and lines without the ``host:pid:tid`` part (``[3] NCCL INFO ...``).
     """
-    markers = list(_MARKER.finditer(line))
-    if not markers:
+    marker = _MARKER.search(line)
+    if marker is None:
         m = _VERSION.search(line)
         if m and "NCCL" not in line[: m.start()]:
             return LogLine(None, None, "VERSION", line[m.start() :].strip())
         return None
-    if len(markers) > 1:
+    if _MARKER.search(line, marker.end()):  # more than one marker (the rare case: find them all)
+        markers = list(_MARKER.finditer(line))
         tail = line.rsplit(" | ", 1)[-1] if " | " in line else ""
         if len(_MARKER.findall(tail)) == 1 and _MARKER.search(line.rsplit(" | ", 1)[0]):
             return split_line(tail)  # CloudWatch shows the message twice: keep the clean copy
         return _salvage(line, markers[-1])
-    marker = markers[0]
     # What a line's prefix says depends on nothing else, and a log repeats few prefixes
     # (host:pid:tid [dev]): take each apart once.
     raw_prefix = line[: marker.start()]

@@ -73,9 +73,12 @@ class _Collector:
         if buf.find(b"NCCL", 0, end) < 0:
             return
         if self.exact_left > 0:
-            self._rare(buf, end, first_line, _RARE)
-            self._foreign(buf, end, first_line)
-            self._channels_exact(buf, end, first_line)
+            # one immutable copy: the many slices of this phase are then hashable without a second copy
+            with memoryview(buf) as view:
+                data = bytes(view[:end])
+            self._rare(data, end, first_line, _RARE)
+            self._foreign(data, end, first_line)
+            self._channels_exact(data, end, first_line)
         else:
             self._rare(buf, end, first_line, _RARE_LEAN)
             self._channels_fast(buf, end, first_line)
@@ -91,12 +94,14 @@ class _Collector:
 
     def _rare(self, buf: bytes | bytearray, end: int, first_line: int, pattern: re.Pattern[bytes]) -> None:
         rfind, find, count = buf.rfind, buf.find, buf.count
-        seen = self._seen
+        seen, out = self._seen, self.out
+        records = out.records
         line_no, last_line_start, last_stop = first_line, 0, -1
         for m in pattern.finditer(buf, 0, end):
-            if m.start() <= last_stop:
+            at = m.start()
+            if at <= last_stop:
                 continue  # a second kind on the same (spliced) line: no rescan of a long line
-            start = rfind(b"\n", 0, m.start()) + 1
+            start = rfind(b"\n", 0, at) + 1
             stop = find(b"\n", m.end(), end)
             if stop < 0:
                 stop = end
@@ -111,7 +116,10 @@ class _Collector:
             seen.add(raw)
             line_no += count(b"\n", last_line_start, start)
             last_line_start = start
-            self._record(buf, start, stop, line_no)
+            if stop - start > MAX_KEPT:  # keep the head of an overlong line, and say it was cut
+                self._record(buf, start, stop, line_no)
+            elif len(records) < _RECORDS_CAP:  # _record, inline: this runs for every kept line
+                records.append((line_no, buf[start:stop].decode("utf-8", "replace")))
 
     def _foreign(self, buf: bytes | bytearray, end: int, first_line: int) -> None:
         if buf.find(b"fi_getinfo", 0, end) < 0 and buf.find(b"libibverbs: Warning", 0, end) < 0:
@@ -134,33 +142,48 @@ class _Collector:
         if buf.find(b" via ", 0, end) < 0:
             return
         rfind, find, count = buf.rfind, buf.find, buf.count
-        prefixes = self._prefixes
-        line_no, last_line_start, done = first_line, 0, 0
+        prefixes, classes = self._prefixes, self._classes
+        channels, tails = self.out.channels, self.out.tails
+        # lines are numbered only where a number is kept (a new host and class, a line for the judge)
+        line_no, counted_to, done = first_line, 0, 0
         start, stop = 0, -1
         for m in _CHANNEL.finditer(buf, 0, end):
-            if m.start() > stop:  # a new line (several matches on one spliced line reuse its bounds)
-                start = rfind(b"\n", 0, m.start()) + 1
+            at = m.start()
+            if at > stop:  # a new line (several matches on one spliced line reuse its bounds)
+                start = rfind(b"\n", 0, at) + 1
                 stop = find(b"\n", m.end(), end)
                 if stop < 0:
                     stop = end
-            line_no += count(b"\n", last_line_start, start)
-            last_line_start = start
             done += 1
             # the prefix (host:pid:tid [dev] ) and the tail repeat: take each distinct one apart once
-            prefix = bytes(buf[start : m.start()])
+            prefix = bytes(buf[start:at])
             host = prefixes.get(prefix, _UNSET)
             if host is _UNSET:
                 parsed = split_line(buf[start : min(stop, start + MAX_KEPT)].decode("utf-8", "replace"))
                 if parsed is None or parsed.level == "GARBLED":
+                    line_no += count(b"\n", counted_to, start)
+                    counted_to = start
                     self._record(buf, start, stop, line_no)  # the judge counts (and salvages) it
                     continue
                 host = parsed.host
                 if len(prefixes) > _SEEN_CAP:
                     prefixes.clear()
                 prefixes[prefix] = host
-            cls = self._classify(bytes(buf[m.end() : stop]))  # the text after " via "
+            tail = bytes(buf[m.end() : stop])  # the text after " via "
+            cls = classes.get(tail)
+            if cls is None:
+                cls = self._classify(tail)
             if cls:
-                self._count(host, cls, line_no, True)
+                key = (host, cls[0], True)
+                entry = channels.get(key)
+                if entry is None:  # _count, inline: this runs for every channel line at the start
+                    line_no += count(b"\n", counted_to, start)
+                    counted_to = start
+                    channels[key] = [1, line_no]
+                    if cls[1] is not None:
+                        tails[cls[0]] = cls[1]
+                else:
+                    entry[0] += 1
         self.exact_left -= done
 
     def _count(self, host: str | None, cls: tuple[str, NetTail | None], line: int, job_counts: bool) -> None:

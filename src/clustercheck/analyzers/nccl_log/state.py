@@ -271,7 +271,8 @@ class Scanner:
             if m:
                 job.versions.setdefault(m.group(1), ref)
             return
-        if line.level == "INFO" and _CHANNEL_LINE.match(line.message):
+        message = line.message
+        if line.level == "INFO" and message.startswith(("Channel", "Ring")) and _CHANNEL_LINE.match(message):
             self._channel(line, ref)
             return
         h = self.host(line.host)
