@@ -352,9 +352,9 @@ NCCL_TESTS_PACKAGE = (
 class LoopbackError(HostError):
     """nccl.loopback's `error`: carries the remedy and data (with its action) into the result."""
 
-    def __init__(self, summary: str, remedy: str, data: dict[str, Any]) -> None:
+    def __init__(self, summary: str, remedy: str, data: dict[str, Any], evidence: list[str] | None = None) -> None:
         super().__init__("", summary)
-        self.remedy, self.data, self.evidence = remedy, dict(data), ()
+        self.remedy, self.data, self.evidence = remedy, dict(data), tuple(evidence or ())
 
 
 def _validate_loopback(params: Any, profiles: tuple[str, ...]) -> list[str]:
@@ -506,7 +506,8 @@ def loopback(
         raise LoopbackError(
             "cannot tell: " + "; ".join(errors),
             "run the command on the node by hand and read NCCL's log (`clustercheck nccl-log` on its output)",
-            {**data, "evidence": evidence},
+            data,
+            evidence,
         )
     assert table is not None and table.peak is not None
     what = "over NVLink P2P" if variant == "nvlink" else f"through the NICs ({_headline(log)})"
