@@ -603,3 +603,33 @@ def test_a_gather_folder_that_is_not_this_users_is_not_used(tmp_path: Path) -> N
     (tmp_path / "a-file").write_text("")
     (bad,) = _tasks(root, tmp_path / "a-file", [env])  # --gather names a file: a usage error
     assert bad.returncode == 64 and "--gather" in bad.stderr
+
+
+def test_rank_0_summarises_the_step_and_names_what_differs(tmp_path: Path) -> None:
+    root = make_node(tmp_path / "node")
+    port = str(free_ports(1)[0])
+    envs = [step_env(r, MASTER_ADDR="127.0.0.1", MASTER_PORT=port) for r in range(4)]
+    for env in envs[2:]:  # the second node's module file sets NCCL_IB_HCA; the first node's does not
+        env["NCCL_IB_HCA"] = "=mlx5_0,mlx5_1"
+    shared = tmp_path / "shared"
+    procs = _tasks(root, shared, envs, "--summary", "--format", "json")
+    lines = [json.loads(line) for line in procs[0].stdout.splitlines()]
+    assert [line.get("node") for line in lines] == ["gpu01", "gpu02", None]  # rank 0: every node, then the step
+    summary = lines[2]
+    assert (summary["tasks"], summary["expected"], summary["nodes"]) == (4, 4, ["gpu01", "gpu02"])
+    (drift,) = [f for f in summary["findings"] if f["topic"] == "drift"]
+    assert drift["status"] == "warn"
+    assert drift["message"] == (
+        "NCCL_IB_HCA differs between the tasks: unset on ranks 0-1 (gpu01); =mlx5_0,mlx5_1 on ranks 2-3 (gpu02)"
+    )
+    assert [bool(p.stdout) for p in procs] == [True, False, False, False]  # one writer: nothing interleaves
+    assert not list(shared.glob("*/*.json"))  # rank 0 removed every record
+    proc = subprocess.run(
+        [sys.executable, "-m", "clustercheck", "job", "--summary"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={**os.environ, **envs[0]},
+    )
+    assert proc.returncode == 64 and "--summary needs --gather DIR" in proc.stderr

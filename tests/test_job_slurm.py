@@ -73,7 +73,8 @@ def sbatch(slurm: SlurmCluster, name: str, body: str, *, header: str = "") -> tu
 
 
 def nodes_of(output: str) -> dict[str, dict[str, Any]]:
-    return {n["node"]: n for n in (json.loads(line) for line in output.splitlines() if line.startswith("{"))}
+    documents = (json.loads(line) for line in output.splitlines() if line.startswith("{"))
+    return {n["node"]: n for n in documents if "node" in n}
 
 
 def records_of(output: str) -> dict[int, dict[str, Any]]:
@@ -95,7 +96,8 @@ def test_every_task_reports_and_rank_0_judges_the_warning(slurm: SlurmCluster) -
         slurm,
         "ready",
         "export MASTER_ADDR=127.0.0.1\n"
-        f"srun {' '.join(JOB)} --format json --checkpoint-size 100GB --checkpoint-bandwidth 1GB/s\n"
+        f"srun {' '.join(JOB)} --format json --checkpoint-size 100GB --checkpoint-bandwidth 1GB/s "
+        f"--gather {slurm.root}/gather --summary\n"
         'echo "srun exit $?"',
         header="#SBATCH --signal=B:USR1@120\n",
     )
@@ -122,6 +124,11 @@ def test_every_task_reports_and_rank_0_judges_the_warning(slurm: SlurmCluster) -
     assert signal[1]["status"] == "warn" and "goes to the batch shell only" in signal[1]["message"]
     port = records[0]["env"]["MASTER_PORT"]["value"]
     assert f"MASTER_ADDR=127.0.0.1 (127.0.0.1) is this node and port {port} is free on it" in messages(records[0])
+    (summary,) = [json.loads(line) for line in output.splitlines() if line.startswith('{"summary"')]
+    assert (summary["tasks"], summary["expected"], summary["nodes"], summary["status"]) == (4, 4, NODES, "warn")
+    assert [f["message"] for f in summary["findings"]] == [
+        "4 tasks agree on MASTER_ADDR, MASTER_PORT, WORLD_SIZE, container"
+    ]
     assert srun_exit(output) == 0  # warnings do not stop the training script
 
 
@@ -158,7 +165,7 @@ def test_a_taken_port_and_a_rank_exported_for_all_tasks_fail_the_step(slurm: Slu
     )
     assert "fix: Ask for a longer warning: #SBATCH --signal=USR1@1260" in output
     rows = [line.split() for line in output.splitlines() if re.match(r"^[0-3]\s+[01]\s", line)]
-    assert [(r[0], r[1], r[-1]) for r in rows] == [
+    assert sorted((r[0], r[1], r[-1]) for r in rows) == [
         ("0", "0", "fail"),
         ("1", "1", "fail"),
         ("2", "0", "fail"),
@@ -191,7 +198,9 @@ def test_each_task_its_gpu_from_slurm(slurm: SlurmCluster, tmp_path: Path) -> No
     _, output = sbatch(
         slurm,
         "gpus",
-        f'export MASTER_ADDR=127.0.0.1\nsrun {" ".join(JOB)} --format json --root {node}\necho "srun exit $?"',
+        "export MASTER_ADDR=127.0.0.1\n"
+        f"srun {' '.join(JOB)} --format json --root {node} --gather {slurm.root}/gather --summary\n"
+        'echo "srun exit $?"',
         header="#SBATCH --gpus-per-task=1\n",
     )
     records = records_of(output)

@@ -99,6 +99,14 @@ def job(
             "[default: a node-local folder under $TMPDIR or /tmp].",
         ),
     ] = None,
+    summary: Annotated[
+        bool,
+        typer.Option(
+            "--summary",
+            help="Rank 0 also waits for every task of the step and prints what differs between them "
+            "(needs --gather on a folder every node shares).",
+        ),
+    ] = False,
     wait: Annotated[
         float, typer.Option("--wait", min=0.0, max=600.0, help="Seconds local task 0 waits for its node's tasks.")
     ] = 30.0,
@@ -136,6 +144,8 @@ def job(
             bandwidth = launch.parse_rate(checkpoint_bandwidth)
         except ValueError as exc:
             raise UsageError(f"--checkpoint-bandwidth: {exc}") from None
+    if summary and gather is None:
+        raise UsageError("--summary needs --gather DIR, a folder every node of the job shares (rank 0 reads it)")
     if (size is None) != (bandwidth is None):
         raise UsageError("--checkpoint-size and --checkpoint-bandwidth go together: the time is one over the other")
     spec = None
@@ -160,13 +170,39 @@ def job(
         _emit(node_report(task, [record], expected=1), fmt)
         cli.state.exit_code = exit_code(record["status"], strict)
         return
+    if summary:  # rank 0 alone prints, every node's part and the step's: nothing interleaves in srun's output
+        if task.rank != 0:
+            cli.state.exit_code = exit_code(record["status"], strict)
+            return
+        everyone = _collect(folder, None, task.ntasks or 1, wait, remove=True)
+        statuses = []
+        for name, count in _step_layout(task, everyone):
+            node = node_report(task._replace(node=name), [r for r in everyone if r["node"] == name], expected=count)
+            _emit(node, fmt)
+            statuses.append(node["status"])
+        report = job_summary(task, everyone)
+        _emit_summary(report, fmt)
+        cli.state.exit_code = exit_code(launch.worst([*statuses, report["status"]]), strict)
+        return
     if task.local_id != 0:
         cli.state.exit_code = exit_code(record["status"], strict)
         return
-    records = _collect(folder, task, wait)
+    records = _collect(folder, task.node, task.tasks_on_node or 1, wait, remove=True)
     node = node_report(task, records, expected=task.tasks_on_node or 1)
     _emit(node, fmt)
     cli.state.exit_code = exit_code(node["status"], strict)
+
+
+def _step_layout(task: Task, records: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """The step's nodes with their task counts, and any node a record names beyond them."""
+    layout = [
+        (name, task.counts[i] if i < len(task.counts) else 1)
+        for i, name in enumerate(task.step_nodes)
+        if i < len(task.counts) or any(r["node"] == name for r in records)
+    ]
+    known = {name for name, _ in layout}
+    extra = sorted({str(r["node"]) for r in records} - known)
+    return layout + [(name, sum(1 for r in records if r["node"] == name)) for name in extra]
 
 
 def profile_checkpoint_size(ref: str) -> str:
@@ -241,6 +277,7 @@ def evaluate(
         "ntasks": task.ntasks,
         "env": {v.name: {"value": v.value, "source": v.source} for v in values.values()},
         "container": container,
+        "nccl": {s.name: s.value for s in settings.values()},
         "rows": rows,
         "findings": [f.to_json() for f in findings],
         "status": status,
@@ -761,31 +798,115 @@ def _write_record(folder: Path, task: Task, record: dict[str, Any]) -> bool:
     return False
 
 
-def _collect(folder: Path, task: Task, wait: float) -> list[dict[str, Any]]:
-    """Local task 0: this node's records, until every task of the node has written one (or `wait` ends)."""
-    expected = task.tasks_on_node or 1
+def _collect(folder: Path, node: str | None, expected: int, wait: float, *, remove: bool) -> list[dict[str, Any]]:
+    """The records of `node` (every node's: None) until `expected` have come (or `wait` ends)."""
     deadline = time.monotonic() + wait
     records: dict[str, dict[str, Any]] = {}
+    pattern = f"{node}.*.json" if node is not None else "*.json"
     while True:
         with contextlib.suppress(OSError):
-            for path in folder.glob(f"{task.node}.*.json"):
+            for path in folder.glob(pattern):
                 if path.name in records:
                     continue
                 try:
                     data = json.loads(path.read_text())
                 except (OSError, ValueError):
                     continue
-                if isinstance(data, dict) and data.get("node") == task.node:
+                if isinstance(data, dict) and (node is None or data.get("node") == node):
                     records[path.name] = data
         if len(records) >= expected or time.monotonic() >= deadline:
             break
         time.sleep(0.05)
-    for name in records:
+    if remove:
+        for name in records:
+            with contextlib.suppress(OSError):
+                (folder / name).unlink()
         with contextlib.suppress(OSError):
-            (folder / name).unlink()
-    with contextlib.suppress(OSError):
-        folder.rmdir()  # the last node's leader removes it; on a shared folder others may still write
+            folder.rmdir()  # the last node's leader removes it; on a shared folder others may still write
     return sorted(records.values(), key=lambda r: int(r.get("rank", 0)))
+
+
+#: What must be the same in every task of a step: a difference is a node (or a task) set up apart.
+SAME_EVERYWHERE = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")
+
+
+def job_summary(task: Task, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rank 0's view of the whole step: who did not report, and what differs between the tasks."""
+    findings: list[Finding] = []
+    expected = task.ntasks or 1
+    seen = {int(r["rank"]) for r in records}
+    missing = [r for r in range(expected) if r not in seen]
+    if missing:
+        findings.append(
+            Finding(
+                "error",
+                "gather",
+                f"{len(missing)} of {expected} tasks did not report (ranks {_ranges(missing)}): did they start, "
+                "and is the --gather folder shared by every node?",
+            )
+        )
+    per_task: list[tuple[dict[str, Any], dict[str, str]]] = []
+    for r in records:
+        values = {n: str(v["value"]) for n, v in r["env"].items() if n in SAME_EVERYWHERE}
+        values |= {str(n): str(v) for n, v in dict(r.get("nccl") or {}).items()}
+        values["container"] = str(r.get("container") or "none")
+        per_task.append((r, values))
+    names = sorted({n for _, values in per_task for n in values})
+    facts: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r, values in per_task:
+        for name in names:
+            facts.setdefault(name, {}).setdefault(values.get(name, "unset"), []).append(r)
+    for name, by_value in sorted(facts.items()):
+        if len(by_value) < 2:
+            continue
+        parts = []
+        for value, rs in sorted(by_value.items(), key=lambda kv: -len(kv[1])):
+            nodes = sorted({str(r["node"]) for r in rs})
+            parts.append(f"{value} on ranks {_ranges([int(r['rank']) for r in rs])} ({launch._fold(nodes)})")
+        findings.append(
+            Finding(
+                "fail" if name in SAME_EVERYWHERE else "warn",
+                "drift",
+                f"{name} differs between the tasks: " + "; ".join(parts),
+                "Set it once for the job (sbatch --export, the script) and the same way on every node "
+                "(/etc/nccl.conf, the image).",
+            )
+        )
+    nodes = sorted({str(r["node"]) for r in records})
+    worst_tasks = launch.worst(str(r["status"]) for r in records)
+    if not findings:
+        findings.append(
+            Finding("ok", "drift", f"{len(records)} tasks agree on {', '.join(sorted(facts)) or 'nothing'}")
+        )
+    return {
+        "summary": True,
+        "job": task.job_id,
+        "step": task.step_id,
+        "tasks": len(records),
+        "expected": expected,
+        "nodes": nodes,
+        "tasks_status": worst_tasks,
+        "findings": [f.to_json() for f in findings],
+        "status": launch.worst([worst_tasks, *(f.status for f in findings)]),
+    }
+
+
+def _emit_summary(report: dict[str, Any], fmt: OutputFormat) -> None:
+    if fmt is OutputFormat.json:
+        sys.stdout.write(json.dumps(report, separators=(",", ":")) + "\n")
+    else:
+        lines = [
+            f"clustercheck job: job {report['job']} step {report['step']}: {report['tasks']} of "
+            f"{report['expected']} tasks reported from {len(report['nodes'])} nodes "
+            f"({launch._fold(report['nodes']) if report['nodes'] else 'none'}); worst task: {report['tasks_status']}"
+        ]
+        for f in report["findings"]:
+            lines.append(f"{f['status']:>5}  {f['message']}")
+            if f.get("remedy") and f["status"] in ("warn", "fail"):
+                lines.append(f"       fix: {f['remedy']}")
+        lines.append(f"job status: {report['status']}")
+        sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
 
 
 def node_report(task: Task, records: list[dict[str, Any]], *, expected: int) -> dict[str, Any]:
@@ -902,10 +1023,28 @@ def render_table(node: dict[str, Any], out: IO[str] | None = None) -> str:
         if remedy and status in ("warn", "fail"):
             lines.append(f"       fix: {remedy}")
     lines.append(f"status: {node['status']}")
-    text = "\n".join(lines) + "\n"
+    text = "\n".join(_fit(line) for line in lines) + "\n"
     if out is not None:
         out.write(text)
     return text
+
+
+#: slurmstepd forwards a task's output to srun a line at a time, but a line longer than 1024 bytes
+#: in pieces, between which other tasks' lines can land: table lines stay below it.
+LINE_LIMIT = 1000
+
+
+def _fit(line: str) -> str:
+    if len(line.encode()) <= LINE_LIMIT:
+        return line
+    pieces, rest = [], line
+    while len(rest.encode()) > LINE_LIMIT:
+        cut = LINE_LIMIT - 8
+        while len(rest[:cut].encode()) > LINE_LIMIT - 8:
+            cut -= 1
+        pieces.append(rest[:cut])
+        rest = "       " + rest[cut:]
+    return "\n".join([*pieces, rest])
 
 
 def _row_status(record: dict[str, Any], local: int) -> str:

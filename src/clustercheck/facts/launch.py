@@ -116,6 +116,7 @@ class Task(NamedTuple):
     step_nodes: list[str]  # the step's nodes (SLURM_STEP_NODELIST; the job's in the batch script)
     tasks_on_node: int | None  # tasks of this step on this node
     gpus: list[str] | None  # SLURM_STEP_GPUS (SLURM_JOB_GPUS in the batch script): the node's GPU indices
+    counts: tuple[int, ...] = ()  # tasks on each of step_nodes (SLURM_STEP_TASKS_PER_NODE), when known
 
     @property
     def in_step(self) -> bool:
@@ -174,6 +175,7 @@ def slurm_task(env: Mapping[str, str], hostname: str = "") -> Task:
     tpn_name = "SLURM_STEP_TASKS_PER_NODE" if step_id is not None else "SLURM_TASKS_PER_NODE"
     tpn_raw = env.get(tpn_name) or (env.get("SLURM_TASKS_PER_NODE") if step_id is not None else None)
     on_node = None
+    counts: list[int] = []
     if tpn_raw is not None:
         counts = tasks_per_node(tpn_raw, tpn_name)
         on_node = counts[node_index] if node_index < len(counts) else None
@@ -187,7 +189,9 @@ def slurm_task(env: Mapping[str, str], hostname: str = "") -> Task:
         gpus = [g.strip() for g in env[gpus_name].split(",")]
         if not all(re.fullmatch(r"[0-9]{1,4}", g) for g in gpus):
             raise UsageError(f"{gpus_name}={_shown(env[gpus_name])} is not a comma-separated list of GPU indices")
-    return Task(job_id, step_id, rank, ntasks, local_id, node, node_index, nodes, step_nodes, on_node, gpus)
+    return Task(
+        job_id, step_id, rank, ntasks, local_id, node, node_index, nodes, step_nodes, on_node, gpus, tuple(counts)
+    )
 
 
 def _fold(hosts: Sequence[str]) -> str:
