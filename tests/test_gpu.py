@@ -663,6 +663,33 @@ def test_processes_in_the_prolog_fail_the_job_start(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     (result,) = json.loads(state.read_text())["checks"]
     assert result["status"] == "fail" and "PID 2010222 /usr/bin/python (user " in result["summary"]
+    assert result["summary"].count("PID ") == 8
+
+
+def test_processes_on_a_shared_node_judge_only_the_jobs_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record = json.loads((FIXTURES / "gpu-processes-left-4090/probes/nvml.json").read_text())
+    pids = [p["pid"] for g in record["gpus"] if g["index"] in (1, 6) for p in g["processes"]]
+    ps = {("ps", "-o", "pid=,user=", "-p", ",".join(map(str, sorted(pids)))): (0, "", "")}
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  gpu.processes:\n")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_GPUS", "1,6")
+    state = tmp_path / "state" / "s.json"
+
+    def prolog(folder: Path) -> tuple[int, dict[str, Any]]:
+        proc = cli("prolog", "--replay", folder, "--profile", profile, "--state-file", state, "--syslog-socket", "")
+        (result,) = json.loads(state.read_text())["checks"]
+        return proc.returncode, result
+
+    code, result = prolog(node(tmp_path / "a", record=record, commands=ps))
+    assert code == 2 and result["summary"].count("PID ") == 2, result
+    assert "GPU 1 (" in result["summary"] and "GPU 6 (" in result["summary"]
+    # the job's GPUs are clean: the other jobs' processes do not fail it
+    for gpu in record["gpus"]:
+        if gpu["index"] in (1, 6):
+            gpu["processes"], gpu["memory_used_mib"] = [], 0
+    code, result = prolog(node(tmp_path / "b", record=record))
+    assert code == 0 and result["summary"] == "2 GPUs: no compute process, no GPU memory left", result
 
 
 # -- XID chains, repeats and windows ----------------------------------------------------------------

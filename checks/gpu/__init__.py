@@ -823,7 +823,7 @@ def parse_ps_users(text: str) -> dict[int, str]:
 
 
 @check(needs=["probe nvml", "command ps"], timeout=20, action="FIX_CONFIG")
-def processes(host: Host, *, max_memory_mib: int = 256, graphics: bool = False) -> Result:
+def processes(host: Host, *, max_memory_mib: int = 256, graphics: bool = False, job_gpus_only: bool = True) -> Result:
     """No compute process and no GPU memory is left on any GPU before a job starts.
 
     Why: a process of the previous job that outlived it (a dataloader worker, an orphaned
@@ -837,7 +837,11 @@ def processes(host: Host, *, max_memory_mib: int = 256, graphics: bool = False) 
     (Xorg) are left out unless `graphics`. A compute process fails (FIX_CONFIG: the job's
     cleanup left it), naming GPU, PID, process, user and memory; more than `max_memory_mib`
     MiB of GPU memory used with no process to show for it fails (RESET_GPU). In a prolog no
-    job of this allocation runs yet, so any compute process is a leftover.
+    job of this allocation runs yet, so any compute process is a leftover. On a node shared
+    between jobs, with `job_gpus_only` (the default) and a job in view (`clustercheck prolog`,
+    or a run inside a job), only the job's GPUs are judged (SLURM_JOB_GPUS, else a numeric
+    CUDA_VISIBLE_DEVICES: the node's GPU indices, which NVML's index follows where gres.conf
+    lists the GPUs in /dev/nvidiaN order); the other jobs' GPUs are listed, not judged.
 
     Fix: `kill PID` (and find why the previous job's processes outlived it: Slurm's
     `ProctrackType=proctrack/cgroup` with `KillWait`, an epilog that kills what is left on
@@ -849,13 +853,27 @@ def processes(host: Host, *, max_memory_mib: int = 256, graphics: bool = False) 
     usable = _usable(record)
     if isinstance(usable, Result):
         return usable
+    evidence = _evidence(record)
+    if job_gpus_only:
+        from clustercheck.slurm import current_job
+
+        job = current_job()
+        if job is not None and job.gpus is not None:
+            others = [g for g in usable if g.index not in job.gpus]
+            if others:
+                evidence.append(f"{_index_list(others)}: not GPUs of job {job.job_id or '?'}, not judged")
+            usable = [g for g in usable if g.index in job.gpus]
+            if not usable:
+                return skip(
+                    f"job {job.job_id or '?'} has GPUs {','.join(map(str, job.gpus))}, none of which NVML lists",
+                    evidence=evidence,
+                )
     known = [g for g in usable if g.processes is not None or g.memory_used_mib is not None]
     if not known:
         why = "; ".join(f"{g.label}: processes {g.why_missing('processes')}" for g in usable[:4])
         return skip(f"no GPU reports its processes or memory use ({why})", evidence=_evidence(record))
     found = [(g, p) for g in known for p in g.processes or () if graphics or p.type is None or "C" in p.type]
     users: dict[int, str] = {}
-    evidence = _evidence(record)
     if found:
         pids = ",".join(sorted({str(p.pid) for _, p in found}, key=int))
         result = host.run("ps", "-o", "pid=,user=", "-p", pids)
