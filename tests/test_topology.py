@@ -939,3 +939,85 @@ def test_p_lines_give_the_ratio_of_their_ports(leaves: list[tuple[int, int, str]
     over = oversubscription(parse_ibnetdiscover("\n".join(lines) + "\n", "p"))
     got = {lf.description: (lf.hosts, lf.uplinks, lf.ratio) for lf in over.leaves}
     assert got == {f"leaf{i}": (h, u, h / u if u else None) for i, (h, u, _) in enumerate(leaves)}
+
+
+# -- rdma.oversubscription: the same analysis as a check over a site's dump -----------------------
+
+NDR_DUMP = IB / "topograph-ibnetdiscover-ndr-dgx-31leaf-9spine-sharp.txt"
+
+
+def _dump_node(tmp_path: Path, dump: Path | None, max_ratio: str = "") -> tuple[Path, Path]:
+    """A replayed node holding the dump at /shared/fabric/ibnetdiscover.txt, and a profile naming it."""
+    import shutil
+
+    node = tmp_path / "node"
+    (node / "files" / "shared" / "fabric").mkdir(parents=True)
+    absent = ""
+    if dump is None:
+        absent = "absent: [/shared/fabric/ibnetdiscover.txt]\n"
+    else:
+        shutil.copy(dump, node / "files" / "shared" / "fabric" / "ibnetdiscover.txt")
+    (node / "fixture.yaml").write_text(
+        f"host: login1\nnote: the dump a site keeps on its nodes\nexpect: {{}}\n{absent}"
+    )
+    profile = tmp_path / "fabric.yaml"
+    extra = f", max_ratio: {max_ratio}" if max_ratio else ""
+    profile.write_text(f"checks:\n  rdma.oversubscription: {{dump: /shared/fabric/ibnetdiscover.txt{extra}}}\n")
+    return node, profile
+
+
+def _check(node: Path, profile: Path) -> tuple[int, dict[str, object]]:
+    proc = cli("run", "--replay", node, "--profile", profile, "--format", "json")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (host,) = json.loads(proc.stdout)["hosts"].values()
+    (check,) = host["checks"]
+    return proc.returncode, check
+
+
+def test_oversubscription_check_over_the_real_ndr_dump(tmp_path: Path) -> None:
+    code, c = _check(*_dump_node(tmp_path, NDR_DUMP))
+    assert (code, c["status"], c["action"]) == (2, "fail", "CHECK_CABLE")
+    assert c["summary"] == (
+        "12 of 31 leaves above 1:1, worst MF0;A09-P1-IBLEAF-02-03:MQM9701/U1: 18 hosts on 15 uplinks = 1.20:1 "
+        "(/shared/fabric/ibnetdiscover.txt:967); 12 of 31 leaves with fewer live uplinks than the 18 most have "
+        "(cabling asymmetry), fewest MF0;A09-P1-IBLEAF-01-02:MQM9701/U1: 14 (/shared/fabric/ibnetdiscover.txt:89)"
+    )
+    data = c["data"]
+    assert isinstance(data, dict) and data["designed_uplinks"] == 18 and len(data["leaves"]) == 31
+    # the same figures as `clustercheck topology --oversubscription` gives for the dump
+    over = oversubscription(parse_ibnetdiscover(NDR_DUMP.read_text(), str(NDR_DUMP)))
+    assert [lf.to_json()["ratio"] for lf in over.leaves] == [lf["ratio"] for lf in data["leaves"]]
+
+
+def test_oversubscription_check_with_a_laxer_ratio_warns_only_of_the_asymmetry(tmp_path: Path) -> None:
+    code, c = _check(*_dump_node(tmp_path, NDR_DUMP, "1.25"))
+    assert (code, c["status"]) == (1, "warn")
+    assert c["summary"].startswith("12 of 31 leaves with fewer live uplinks than the 18 most have (cabling asymmetry)")
+
+
+def test_oversubscription_check_names_a_leaf_without_uplinks(tmp_path: Path) -> None:
+    dump = IB / "infiniband-exporter-ibnetdiscover-p-ports-edr-links-only.txt"
+    code, c = _check(*_dump_node(tmp_path, dump, "4"))
+    assert (code, c["status"]) == (2, "fail")  # within 4:1, but ib-i4l1s01's host reaches no other leaf
+    assert "ib-i4l1s01 (S-506b4b03005c2740): 1 host and no live uplink" in str(c["summary"])
+
+
+def test_oversubscription_check_cannot_tell_without_a_usable_dump(tmp_path: Path) -> None:
+    code, c = _check(*_dump_node(tmp_path, None))
+    assert (code, c["status"]) == (3, "error")
+    assert "the ibnetdiscover dump /shared/fabric/ibnetdiscover.txt is absent" in str(c["summary"])
+    garbage = tmp_path / "garbage.txt"
+    garbage.write_text("this is not\na dump\n")
+    code, c = _check(*_dump_node(tmp_path / "g", garbage))
+    assert (code, c["status"]) == (3, "error") and str(c["summary"]).startswith("cannot tell: ")
+    code, c = _check(*_dump_node(tmp_path / "b", IB / "topograph-ibnetdiscover-gb200-lone-ca-no-links-BAD.txt"))
+    assert (code, c["status"]) == (2, "fail") and "no switch with hosts in the dump" in str(c["summary"])
+
+
+def test_oversubscription_check_profile_errors(tmp_path: Path) -> None:
+    node, _ = _dump_node(tmp_path, NDR_DUMP)
+    profile = tmp_path / "bad.yaml"
+    profile.write_text("checks:\n  rdma.oversubscription: {dump: fabric.txt, max_ratio: 0}\n")
+    proc = cli("run", "--replay", node, "--profile", profile)
+    assert proc.returncode == 64
+    assert "dump: 'fabric.txt' is not the absolute path" in proc.stderr and "max_ratio: 0" in proc.stderr
