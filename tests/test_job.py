@@ -633,3 +633,39 @@ def test_rank_0_summarises_the_step_and_names_what_differs(tmp_path: Path) -> No
         env={**os.environ, **envs[0]},
     )
     assert proc.returncode == 64 and "--summary needs --gather DIR" in proc.stderr
+
+
+def test_table_lines_stay_under_slurms_1024_byte_pieces(tmp_path: Path) -> None:
+    root = make_node(tmp_path / "node")
+    hostile = ",".join(f"mlx5_{i}x\u00e9" for i in range(400))  # 4 KB of NCCL_IB_HCA, non-ASCII too
+    env = _node_env(0, NCCL_IB_HCA=hostile)
+    env.update(SLURM_NTASKS="1", SLURM_STEP_NUM_TASKS="1", SLURM_TASKS_PER_NODE="1", SLURM_STEP_TASKS_PER_NODE="1")
+    (proc,) = _tasks(root, tmp_path / "gather", [env])
+    assert proc.returncode == 2, proc.stderr  # it selects no HCA: TCP sockets
+    assert max(len(line.encode()) for line in proc.stdout.splitlines()) <= 1000
+    assert "more than 32 entries: NCCL ignores" in proc.stdout
+
+
+def test_the_batch_script_of_a_torchrun_job_shows_one_row_per_gpu(tmp_path: Path) -> None:
+    # one task per node, torchrun starts a worker per GPU: the batch script sees the node's 4 GPUs
+    root = make_node(tmp_path / "node")
+    env = {k: v for k, v in _node_env(0).items() if "STEP" not in k}
+    env.update(SLURM_NTASKS="1", SLURM_TASKS_PER_NODE="1", CUDA_VISIBLE_DEVICES="0,1,2,3", SLURM_JOB_GPUS="0,1,2,3")
+    proc = subprocess.run(
+        [sys.executable, "-m", "clustercheck", "job", "--root", str(root), "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("SLURM")}, **env},
+    )
+    node = json.loads(proc.stdout)
+    assert node["step"] is None
+    (record,) = node["records"]
+    assert [(r["local"], r["gpu"], r["nic"]) for r in record["rows"]] == [
+        (0, "0", "mlx5_0:1"),
+        (1, "1", "mlx5_1:1"),
+        (2, "2", "mlx5_2:1"),
+        (3, "3", "mlx5_4:1"),
+    ]
+    assert not [f for f in record["findings"] if "invalid device ordinal" in f["message"]]

@@ -260,7 +260,10 @@ def evaluate(
         rows.append(row)
         findings += found
     else:
-        planned = task.tasks_on_node or max(1, len(topo.gpus))
+        # the tasks srun will start here, or with one task per node (torchrun), one process per GPU it sees
+        visible = launch.visible_gpus(env.get("CUDA_VISIBLE_DEVICES"), task.gpus, topo)
+        gpus_seen = len(visible) if visible is not None else len(topo.gpus)
+        planned = task.tasks_on_node if task.tasks_on_node and task.tasks_on_node > 1 else max(1, gpus_seen)
         for i in range(planned):
             row, found = binding(task, env, topo, candidates, i, position=i, in_step=False)
             row["rank"] = None
@@ -602,7 +605,7 @@ def binding(
     else:
         found.append(
             Finding(
-                "fail",
+                "fail" if in_step else "warn",
                 "gpu",
                 f"LOCAL_RANK={local_rank} but this task sees {len(picks)} GPUs ({cvd or 'all'}): cuda:{local_rank} "
                 "does not exist",
