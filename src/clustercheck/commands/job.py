@@ -12,6 +12,11 @@ and the batch script's --signal, and judges the lead time for an emergency check
 How results come together: every task writes its record into a folder (--gather, default a
 node-local one under $TMPDIR or /tmp, per job step); local task 0 of each node waits for the
 node's tasks and prints one table (or one JSON line) for the node; srun collects the lines.
+With --summary and --gather on a folder every node shares, rank 0 alone prints every node's part
+and the step's summary (what differs between tasks). One writer matters for JSON: slurmstepd
+forwards a line longer than 1024 bytes in pieces, and other tasks' lines can land between them
+(table lines are kept shorter); without a shared folder, `srun --output=job-%j-%N.json` gives
+each node's JSON a file of its own.
 
 Exit codes: 0 when nothing fails (warnings are printed, not fatal: it sits at the top of every
 training script), 2 when something will break the job (a wrong RANK, an unresolvable
@@ -53,9 +58,10 @@ def register(app: typer.Typer) -> None:
 
 
 def job(
-    fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="table, or json (one line per node).")] = (
-        OutputFormat.table
-    ),
+    fmt: Annotated[
+        OutputFormat,
+        typer.Option("--format", "-f", help="table, or json: one line per node (and one for the step with --summary)."),
+    ] = (OutputFormat.table),
     checkpoint_size: Annotated[
         str | None,
         typer.Option("--checkpoint-size", help="The job's emergency checkpoint, e.g. 2TB or 800GiB (all ranks)."),
@@ -103,7 +109,7 @@ def job(
         bool,
         typer.Option(
             "--summary",
-            help="Rank 0 also waits for every task of the step and prints what differs between them "
+            help="Rank 0 alone prints: every node's table, then what differs between the step's tasks "
             "(needs --gather on a folder every node shares).",
         ),
     ] = False,
