@@ -5,11 +5,12 @@ The stand-in node (`make_node`) is a folder with the files a GPU node has where 
 them: /proc/driver/nvidia/gpus/<bdf>/information (the driver's format: `Device Minor:`,
 `GPU UUID:`, `Bus Location:`), /sys/bus/pci/devices/<bdf> links into /sys/devices/pci.../,
 numa_node files, /sys/class/infiniband/<hca>/{device,ports/1/*}, infiniband_verbs, node cpulists.
-Its layout follows a real `nvidia-smi topo -m` (tests/corpus is not needed: the excerpt of
-sgl-project/sglang#13973 in the shared corpus, nvidia_smi/issue-sglang-13973-topo-m-8xH-nv18-9nics-4numa):
-GPU0-2 each behind the PCIe switch of their own NIC (PIX) on NUMA node 0, GPU3 with NIC4 (PIX) on
-node 1, NIC3 on node 1 too. Changed from it: four GPUs and five NICs kept, BDFs and bridges
-invented (topo -m does not print them), CPU lists 0-23 and 24-47.
+Its layout follows a real `nvidia-smi topo -m` (tests/corpus/nvidia_smi/
+issue-sglang-13973-topo-m-8xH-nv18-9nics-4numa-EXCERPT.txt, sgl-project/sglang#13973): GPU0-2
+each behind the PCIe switch of their own NIC (PIX) on NUMA node 0, GPU3 with NIC4 (PIX) on node
+1, NIC3 on node 1 too; test_the_stand_in_is_the_real_topology checks every GPU-NIC cell of it.
+Changed from it: four GPUs and five NICs kept, BDFs and bridges invented (topo -m does not print
+them), CPU lists 0-23 and 24-47 (the excerpt's CPU affinity, without the SMT siblings).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.helpers import REPO, cli
+from tests.helpers import CORPUS, REPO, cli
 from tests.slurm_cluster import free_ports
 
 from clustercheck.errors import UsageError
@@ -416,6 +417,21 @@ def test_topology_of_the_stand_in(tmp_path: Path) -> None:
     assert launch.path_kind(gpu3, topo.nics[3])[1] == "NODE"
     assert launch.path_kind(topo.gpus[0], topo.nics[3])[1] == "SYS"
     assert topo.node_cpus[1] == set(range(24, 48))
+
+
+TOPO = CORPUS / "nvidia_smi" / "issue-sglang-13973-topo-m-8xH-nv18-9nics-4numa-EXCERPT.txt"
+
+
+def test_the_stand_in_is_the_real_topology(tmp_path: Path) -> None:
+    """Every GPU-NIC cell of the real topo -m for the GPUs and NICs kept is what the stand-in gives."""
+    header, *rows = [line.split() for line in TOPO.read_text().splitlines() if line.strip()]
+    topo = launch.read_topology(make_node(tmp_path))
+    for row in rows[: len(GPUS)]:
+        gpu = topo.gpus[int(row[0][3:])]
+        cells = dict(zip(header, row[1:], strict=False))
+        for nic in topo.nics:
+            assert launch.path_kind(gpu, nic)[1] == cells[f"NIC{nic.hca[5:]}"], (row[0], nic.hca)
+        assert gpu.numa == int(row[-2])  # "NUMA Affinity", before "GPU NUMA ID"
 
 
 def test_visible_gpus_follow_slurm_renumbering(tmp_path: Path) -> None:
