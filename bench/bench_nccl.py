@@ -188,6 +188,16 @@ def measure(size_mib: int, rounds: int, keep: Path | None) -> dict[str, Any]:
                 cpus[key].append(cpu)
                 codes[key].add(proc.returncode)
         memory = {k: peak_memory(v) for k, v in subjects.items() if k != "grep"}
+        # The fixed part of a run: the same command on the log's first FIXED_MIB MiB, which holds the
+        # whole start of the job (every rank's init lines, the first communicators' channel lines).
+        head = folder / f"head-{FIXED_MIB}M.log"
+        with log.open("rb") as src, head.open("wb") as dst:
+            dst.write(src.read(FIXED_MIB * MIB))
+            dst.write(src.readline())
+        head_cmd = [*cc[:-1], str(head), "--jobs", "1"]
+        timed(head_cmd)
+        fixed = sorted(timed_cpu(head_cmd)[:2] for _ in range(3))[1]  # the median round's (wall, CPU)
+        head.unlink()
     finally:
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -204,6 +214,7 @@ def measure(size_mib: int, rounds: int, keep: Path | None) -> dict[str, Any]:
         "cpus": cpus,
         "codes": codes,
         "memory": memory,
+        "fixed": fixed,
         "verdict": verdict,
         "right": right and same,
         "same": same,
@@ -213,6 +224,8 @@ def measure(size_mib: int, rounds: int, keep: Path | None) -> dict[str, Any]:
 
 #: Process counts measured beside grep: one process, and two (`--jobs 2`).
 PROCESSES = (1, 2)
+#: The start of the log timed apart: the fixed part of every run (see measure()).
+FIXED_MIB = 20
 SPEED_TARGET = 3.0
 MEMORY_TARGET_MB = 100.0
 
@@ -247,7 +260,8 @@ def main() -> int:
     size_arg = f"--size {args.size}" if args.size else f"--sizes {','.join(map(str, sizes))}"
     machine = (
         f"{platform.node()}, {os.cpu_count()} CPUs, load average (1 min) before / after {load_before[0]:.1f} / "
-        f"{load[0]:.1f}, Python {platform.python_version()}"
+        f"{load[0]:.1f} (1/5/15 min at the end: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}; the CPUs are shared "
+        f"with other work, so a load above {os.cpu_count()} slows every figure), Python {platform.python_version()}"
     )
     rows, notes, held_all_speed, held_all_memory = [], [], True, True
     for run in runs:
@@ -287,6 +301,22 @@ def main() -> int:
             f"{v.get('gpudirect_rdma')} ({v.get('net_channels'):,} network channels), {len(v.get('hosts', {}))} hosts, "
             f"without GDR: {', '.join(run['no_gdr']) or 'none'}, status {v.get('status')}, "
             + ("as generated, the same with every --jobs" if run["right"] else "NOT as generated or differs by --jobs")
+            + f"; the fixed part (nccl-log -j 1 on the first {FIXED_MIB} MiB: start-up, the exact start, every "
+            f"rank's init lines): {run['fixed'][0]:.2f} s wall, {run['fixed'][1]:.2f} s CPU"
+        )
+    if len(runs) > 1:  # what one more GB costs: the slope between the smallest and the largest log
+        small, big = min(runs, key=lambda r: r["bytes"]), max(runs, key=lambda r: r["bytes"])
+        gb = (big["bytes"] - small["bytes"]) / 1e9
+        slopes = {
+            k: (statistics.median(big["walls"][k]) - statistics.median(small["walls"][k])) / gb for k in big["walls"]
+        }
+        grep_slope = slopes["grep"]
+        notes.append(
+            "- each further GB (the slope between the smallest and the largest log): "
+            + ", ".join(
+                f"{k} {v:.2f} s" + (f" ({v / grep_slope:.2f}x grep's)" if k != "grep" and grep_slope > 0 else "")
+                for k, v in slopes.items()
+            )
         )
     worst_ratio = max(
         statistics.median(w) / statistics.median(r["walls"]["grep"])
