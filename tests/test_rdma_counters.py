@@ -276,3 +276,15 @@ def test_a_profile_with_other_thresholds_judges_by_them(tmp_path: Path) -> None:
     # 212 symbol errors and 5120 out-of-sequence are within these limits, 6 carrier losses and mlx5_5's two
     # link downs within max_flaps
     assert (code, c["status"]) == (0, "ok"), c["summary"]
+
+
+@pytest.mark.skipif(Path("/sys/class/infiniband").exists(), reason="this machine has RDMA devices")
+def test_a_node_without_hcas_skips_on_this_machine(tmp_path: Path) -> None:
+    """The real gather on this machine (no /sys/class/infiniband): nothing to judge, said so."""
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  rdma.counters: {sample_s: 0.2}\n")
+    proc = cli("run", "--local", "--profile", profile, "--format", "json")
+    (host,) = json.loads(proc.stdout)["hosts"].values()
+    (c,) = host["checks"]
+    assert (proc.returncode, c["status"]) == (0, "skip")
+    assert c["summary"] == "no RDMA port under /sys/class/infiniband: no counters to judge"

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.helpers import CORPUS, FIXTURES, cli
@@ -152,3 +153,11 @@ def test_bad_parameters_are_refused_when_the_profile_loads(tmp_path: Path) -> No
     assert proc.returncode == 64
     for word in ("priority: 9", "trust: 'vlan'", "dscp: 64"):
         assert word in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(Path("/sys/class/infiniband").exists(), reason="this machine has RDMA devices")
+def test_a_node_without_rdma_skips_on_this_machine(tmp_path: Path) -> None:
+    proc = cli("run", "--local", "--profile", profile(tmp_path, ""), "--format", "json")
+    (host,) = json.loads(proc.stdout)["hosts"].values()
+    (c,) = host["checks"]
+    assert (proc.returncode, c["status"]) == (0, "skip"), c
