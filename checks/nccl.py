@@ -460,10 +460,39 @@ def loopback(
             f"install {NCCL_TESTS_PACKAGE}",
             {**data, "action": "FIX_CONFIG"},
         )
+    return judge_loopback(
+        run.stdout,
+        run.stderr,
+        run.exit_code,
+        variant=variant,
+        expect=expect,
+        require_gdr=require_gdr,
+        min_busbw=min_busbw,
+        binary=binary,
+        data=data,
+    )
+
+
+def judge_loopback(
+    stdout: str,
+    stderr: str,
+    exit_code: int | None,
+    *,
+    variant: str,
+    expect: str,
+    require_gdr: bool,
+    min_busbw: float,
+    binary: str,
+    data: dict[str, Any],
+) -> Result:
+    """What all_reduce_perf printed -> nccl.loopback's verdict (pure: the tests call it on cut
+    and garbage outputs too); LoopbackError for an `error`."""
     from clustercheck.analyzers import nccl_tests
     from clustercheck.analyzers.nccl_log import analyze_text
 
-    log = analyze_text(run.stdout + "\n" + run.stderr, "all_reduce_perf", expect=expect or None, expect_gdr=require_gdr)
+    n = data.get("gpus", 0)
+    data = dict(data)
+    log = analyze_text(stdout + "\n" + stderr, "all_reduce_perf", expect=expect or None, expect_gdr=require_gdr)
     data["log"] = {
         k: v
         for k, v in log.to_json().items()
@@ -472,7 +501,7 @@ def loopback(
     evidence = [f"NCCL log: {f.status.value}: {f.message}" for f in log.findings]
     problems = _loopback_problems(log, variant, expect, require_gdr)  # (fail?, message, action)
     try:
-        parsed = nccl_tests.parse(run.stdout, binary)
+        parsed = nccl_tests.parse(stdout, binary)
         table = nccl_tests.judge(parsed, min_busbw=min_busbw)
     except nccl_tests.NotATable:
         table = None
@@ -495,13 +524,19 @@ def loopback(
             evidence=evidence,
             action=action,
         )
+    if table is not None and table.peak is None:
+        errors.append("the result table has no row with a bus bandwidth")
+    elif table is not None and table.avg_busbw is None:
+        errors.append(
+            "the result table has no closing '# Avg bus bandwidth' line: all_reduce_perf stopped or its output was cut"
+        )
     if table is None:
         errors.append(
-            f"`{binary}` exited {run.exit_code} without a result table"
-            + (f": {_last_line(run.stderr or run.stdout)}" if (run.stderr or run.stdout).strip() else "")
+            f"`{binary}` exited {exit_code} without a result table"
+            + (f": {_last_line(stderr or stdout)}" if (stderr or stdout).strip() else "")
         )
-    if not errors and run.exit_code != 0:
-        errors.append(f"`{binary}` exited {run.exit_code} although its log and table passed")
+    if not errors and exit_code != 0:
+        errors.append(f"`{binary}` exited {exit_code} although its log and table passed")
     if errors:
         raise LoopbackError(
             "cannot tell: " + "; ".join(errors),
@@ -509,10 +544,12 @@ def loopback(
             data,
             evidence,
         )
-    assert table is not None and table.peak is not None
+    peak = table.peak if table is not None else None
+    if peak is None:  # not reached: no table, or no peak, is an error above
+        raise LoopbackError("cannot tell: no bus bandwidth", "run the command by hand", data, evidence)
     what = "over NVLink P2P" if variant == "nvlink" else f"through the NICs ({_headline(log)})"
     return ok(
-        f"{n} GPUs {what}; peak bus bandwidth {table.peak.busbw:.1f} GB/s (at least {min_busbw:g})",
+        f"{n} GPUs {what}; peak bus bandwidth {peak.busbw:.1f} GB/s (at least {min_busbw:g})",
         data=data,
         evidence=evidence,
     )

@@ -706,3 +706,47 @@ def test_a_passing_output_with_a_failed_exit_is_not_a_pass(
     code, check = run_local(tmp_path, {check_id: params}, bin_dir)
     assert (code, check["status"]) == (3, "error"), check
     assert words in check["summary"], check["summary"]
+
+
+def _loop_judge(stdout: str, exit_code: int = 0, variant: str = "network", min_busbw: float = 40.0) -> str:
+    from clustercheck.checks import nccl
+
+    try:
+        result = nccl.judge_loopback(
+            stdout,
+            "",
+            exit_code,
+            variant=variant,
+            expect="",
+            require_gdr=True,
+            min_busbw=min_busbw,
+            binary="all_reduce_perf",
+            data={"gpus": 8},
+        )
+    except nccl.LoopbackError:
+        return "error"
+    return result.status.value
+
+
+EFA_LINES = EFA_GDR.read_text().splitlines()
+_AVG_AT = next(i for i, line in enumerate(EFA_LINES) if "Avg bus bandwidth" in line)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=len(EFA_LINES)))
+def test_a_cut_all_reduce_perf_output_is_never_a_pass(lines: int) -> None:
+    status = _loop_judge("\n".join(EFA_LINES[:lines]))
+    assert status != "ok" or lines > _AVG_AT, (lines, status)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=600), st.sampled_from(["network", "nvlink"]))
+def test_the_loopback_judge_on_garbage_is_never_a_pass(text: str, variant: str) -> None:
+    assert _loop_judge(text, variant=variant) in ("error", "fail")
+
+
+def test_the_whole_outputs_read_as_the_fixtures_say() -> None:
+    assert _loop_judge(EFA_GDR.read_text()) == "ok"
+    assert _loop_judge(NVLINK.read_text(), variant="nvlink", min_busbw=200) == "ok"
+    assert _loop_judge(NVLINK.read_text(), variant="nvlink", min_busbw=250) == "fail"  # 216.6 GB/s
+    assert _loop_judge(SOCKET.read_text()) == "fail"
