@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from clustercheck import Host, Result, check, fail, ok, warn
-from clustercheck.analyzers import topology as topo
 from clustercheck.errors import HostError
 from clustercheck.result import Status
 
@@ -51,6 +50,9 @@ def oversubscription(host: Host, *, dump: str, max_ratio: float = 1.0) -> Result
     lacks (`iblinkinfo` shows its down ports), or re-cable the leaf so its host and uplink
     bandwidth match the design.
     """
+    # imported here: every rdma module loads with rdma.ports on the prolog path, the analyzer costs ~50 ms
+    from clustercheck.analyzers import topology as topo
+
     try:
         text = host.read(dump)
     except FileNotFoundError:
