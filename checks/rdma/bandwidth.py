@@ -95,8 +95,10 @@ def bandwidth(
     /sys/class/infiniband/HCA/ports/PORT/rate and its state; a port not ACTIVE fails without a run.
     Then it runs `ib_write_bw -d HCA --report_gbits -s SIZE -n ITERATIONS` as a server in the
     background and the same as a client to localhost (`-x GID` for RoCE when `gid_index` is set),
-    kills the server after the client, and reads the client's table: the average bandwidth at the
-    largest size (8 MiB by default; below 64 KiB a run measures message rate and gives no verdict)
+    kills the server after the client (a client that fails while the server still runs, as when
+    the server is still starting, is tried again, 10 times at most), and reads the client's
+    table: the average bandwidth at the largest size (8 MiB by default; below 64 KiB a run
+    measures message rate and gives no verdict)
     must reach `min_fraction` (default 0.9) of the rate, or of `expected_rate` (Gb/s, per SKU) when
     set, which also fails a port whose sysfs rate is below it (trained down). Each HCA named in
     `cuda` as HCA:GPU (mlx5_0:0) is run again from that GPU's memory (`--use_cuda=GPU`). One run
