@@ -321,8 +321,8 @@ def test_by_host_is_one_line_per_problem_host() -> None:
     assert proc.returncode == 2, proc.stderr
     out = proc.stdout
     assert "problems by host\n" in out and "problems by check\n" not in out
-    assert re.search(
-        r"gpu012\s+fail\s+gpu\.count: 7 GPUs visible, expected 8: GPU 3: GPU is lost; "
+    assert re.search(  # each problem with the action it asks for
+        r"gpu012\s+fail\s+gpu\.count: 7 GPUs visible, expected 8: GPU 3: GPU is lost \[REBOOT\]; "
         r"gpu\.xid: XID 79 on GPU 0000:5d:00 \(GPU has fallen off the bus\): reboot the node",
         out,
     )

@@ -197,7 +197,10 @@ def test_a_slow_measurement_is_measured_again_before_a_drain(slurm: SlurmCluster
 
 
 @needs_slurm
-def test_sigterm_drains_again_what_it_resumed_and_leaves_no_reservation(slurm: SlurmCluster, site: Site) -> None:
+@pytest.mark.parametrize("named", [True, False], ids=["reservation-it-creates", "reservation-per-retest"])
+def test_sigterm_drains_again_what_it_resumed_and_leaves_no_reservation(
+    slurm: SlurmCluster, site: Site, named: bool
+) -> None:
     site.arrange("w7", hw="fail")
     code, _ = sweep_json(slurm, site, "w7")
     reason = slurm.reason("w7")
@@ -205,8 +208,9 @@ def test_sigterm_drains_again_what_it_resumed_and_leaves_no_reservation(slurm: S
     # fixed, but the retest hangs: the sweep resumes w7 inside its reservation, then is stopped
     site.arrange("w7", hw="sleep 60")
     site.arrange("w1", hw="sleep 60")
+    reservation = ("--reservation", "cc-sweep-term") if named else ()
     proc = subprocess.Popen(
-        [*CLUSTERCHECK, *site.args("w1,w7", "--reservation", "cc-sweep-term")],
+        [*CLUSTERCHECK, *site.args("w1,w7", *reservation)],
         env=slurm.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -214,7 +218,8 @@ def test_sigterm_drains_again_what_it_resumed_and_leaves_no_reservation(slurm: S
     )
     try:
         slurm.wait_for(lambda: len(slurm.jobs()) == 2 and "DRAIN" not in slurm.state("w7"), 30, "both runs to start")
-        assert slurm.reservations() == ["cc-sweep-term"]
+        made = slurm.reservations()  # the one named, or w7's own for its retest
+        assert made == ["cc-sweep-term"] if named else (len(made) == 1 and made[0].endswith("-w7")), made
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=40)
     finally:
@@ -228,6 +233,8 @@ def test_sigterm_drains_again_what_it_resumed_and_leaves_no_reservation(slurm: S
     slurm.wait_for(lambda: slurm.jobs() == [], 20, "the sweep's jobs to be gone")
     site.arrange("w7", hw="ok")
     site.arrange("w1", hw="ok")
+    slurm.run("scontrol", "update", "NodeName=w7", "State=RESUME")  # for the next test's own records
+    slurm.wait_for(lambda: all(slurm.state(n) == "IDLE" for n in ("w1", "w7")), 20, "w1 and w7 to be idle again")
 
 
 @needs_slurm

@@ -287,7 +287,9 @@ class Sweeper:
         try:
             return self._judge(node, planned, before, record, reservation)
         finally:
-            if own is not None:
+            with self.lock:
+                pending = node in self.resumed  # interrupted: cleanup drains it again, then unreserves
+            if own is not None and not pending:
                 self.unreserve(own)
 
     def _judge(
