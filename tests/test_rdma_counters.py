@@ -288,3 +288,18 @@ def test_a_node_without_hcas_skips_on_this_machine(tmp_path: Path) -> None:
     (c,) = host["checks"]
     assert (proc.returncode, c["status"]) == (0, "skip")
     assert c["summary"] == "no RDMA port under /sys/class/infiniband: no counters to judge"
+
+
+def test_a_port_with_only_hw_counters_is_judged_by_them(tmp_path: Path) -> None:
+    """The burst recording with mlx5_6's counters/ lines taken out of both readings, as a RoCE driver without
+    the IB PMA counters shows it: its hw_counters still carry the out_of_sequence burst."""
+    fixture = tmp_path / "hw-only"
+    shutil.copytree(FIXTURES / "rdma-counters-window-burst", fixture)
+    (gather,) = (fixture / "commands").glob("sh_-c_echo_ports*")
+    lines = (gather / "stdout").read_text().splitlines(keepends=True)
+    kept = [line for line in lines if "/mlx5_6/ports/1/counters/" not in line]
+    assert len(kept) < len(lines)
+    (gather / "stdout").write_text("".join(kept))
+    code, c = replay(fixture, "--profile", FIXTURES / "rdma-counters-window.profile.yaml")
+    assert (code, c["status"]) == (2, "fail") and "mlx5_6 port 1 out_of_sequence +5120" in c["summary"]
+    assert "no counters readable" not in json.dumps(c)

@@ -246,7 +246,12 @@ def counters(
         f"{h} port {p}: {attrs.get((h, p), {}).get('link_layer', '?')}, {attrs.get((h, p), {}).get('state', '?')}"
         for h, p in chosen
     ]
-    unreadable = [f"{h} port {p}" for h, p in chosen if not (first.get((h, p)) and first[(h, p)].counters)]
+    # a port with only hw_counters/ (a RoCE driver without the IB PMA counters) is judged by those
+    unreadable = [
+        f"{h} port {p}"
+        for h, p in chosen
+        if not ((got := first.get((h, p))) is not None and (got.counters or got.hw_counters))
+    ]
     if len(unreadable) == len(chosen):
         why = f" ({'; '.join(refused)})" if refused else ""
         raise _cannot_tell(
