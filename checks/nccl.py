@@ -415,7 +415,7 @@ def loopback(
     (ib, roce, ofi), network channels without GPUDirect RDMA (`require_gdr`, default on) and
     transport errors; a log that shows no network selection or no network channel is an error.
     The table is read as `clustercheck nccl-tests` does: peak bus bandwidth below `min_busbw`
-    GB/s (per site and SKU: the NICs' line rate, e.g. ~45 GB/s for 8x 400G loopback) fails, as
+    GB/s (per site and SKU, from a healthy node of the kind, less a margin) fails, as
     do wrong results. Variant `nvlink`: NCCL_P2P_LEVEL=NVL NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1,
     every channel must be NVLink P2P (a network channel means a GPU pair without NVLink), and
     `min_busbw` is the NVLink figure. The budget is the check's `timeout` (300 s), after which

@@ -8,17 +8,19 @@ know it) and reads what it printed with clustercheck.facts.nvbandwidth. This mod
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import HostError
-from clustercheck.facts.nvbandwidth import PACKAGE, NvbParseError, NvbRun, Testcase, parse_nvbandwidth
+
+if TYPE_CHECKING:  # the reader is imported when the check runs: gpu.* checks load this module on the prolog path
+    from clustercheck.facts.nvbandwidth import NvbRun, Testcase
 
 #: The testcases the check runs by default, and the threshold parameter of each family.
 DEFAULT_TESTS = ("host_to_device_memcpy_ce", "device_to_host_memcpy_ce", "device_to_device_memcpy_read_ce")
 _FAMILIES = (("host_to_device", "min_h2d"), ("device_to_host", "min_d2h"), ("device_to_device", "min_d2d"))
-#: Seconds nvbandwidth's default buffer (512 MiB) takes on an 8-GPU node for these three testcases,
-#: as a budget: each copy runs 3 times per pair; device-to-device is 56 pairs on 8 GPUs.
+#: The default budget, seconds: nvbandwidth's run time grows with the GPU pairs (56 on 8 GPUs for a
+#: device-to-device testcase) and the buffer size (`-b`, MiB); a profile's `timeout` overrides it.
 BUDGET = 300.0
 
 
@@ -88,10 +90,11 @@ def bandwidth(
     `-j` is rerun without it and its text matrices are read) and reads every testcase's matrix.
     Each GPU's host-to-device and device-to-host copy (GB/s) must reach `min_h2d` / `min_d2h`,
     every GPU pair's device-to-device copy `min_d2d` (the N/A diagonal is no pair). Thresholds
-    are per site and SKU, from a healthy node of the kind (e.g. about 25 GB/s on PCIe Gen4 x16,
-    about 50 on Gen5; NVLink pairs far more). It takes about a minute on 8 GPUs with the default
-    512 MiB buffer; the budget is the check's `timeout` (300 s), after which nvbandwidth and its
-    children are killed. Refused in prolog profiles at load time. A testcase nvbandwidth waived
+    are per site and SKU, from a healthy node of the kind (e.g. 24-27 GB/s each way and 22-26
+    GB/s between GPUs on PCIe Gen4 x16 in the corpus; NVLink pairs far more). Its run time grows
+    with the GPU pairs (56 on 8 GPUs) and the buffer (`buffer_mib`, nvbandwidth's default 512
+    MiB); the budget is the check's `timeout` (300 s), after which nvbandwidth and its children
+    are killed. Refused in prolog profiles at load time. A testcase nvbandwidth waived
     (one GPU: no pair; no peer access) is not measured: not applicable on one GPU, a warning
     otherwise; all waived is a skip. An ASSERT (nvbandwidth aborted, e.g. a data pattern
     mismatch after a copy), output cut short or garbage, and a missing testcase are errors,
@@ -102,6 +105,8 @@ def bandwidth(
     nvlink -s` and `nvidia-smi topo -m`; rerun once, and a GPU slow again is a hardware case
     (action REPLACE_HW).
     """
+    from clustercheck.facts.nvbandwidth import PACKAGE, NvbParseError, parse_nvbandwidth
+
     argv = [binary, "-t", *tests]
     if buffer_mib > 0:
         argv += ["-b", str(buffer_mib)]

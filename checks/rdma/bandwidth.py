@@ -11,13 +11,15 @@ with the same function the sweep uses for two-node pairs (`judge_bw`). This modu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clustercheck import Host, Result, check, fail, ok
 from clustercheck.errors import HostError
 from clustercheck.facts import shorten_last_observation
 from clustercheck.facts.infiniband import parse_rate, parse_state, rdma
-from clustercheck.facts.perftest import PACKAGE, BwVerdict, PerftestParseError, bw_argv, judge_bw, parse_bw
+
+if TYPE_CHECKING:  # the reader is imported when the check runs: every rdma module loads on the prolog path
+    from clustercheck.facts.perftest import BwVerdict
 
 #: One loopback run: $1 the binary, $2 the HCA, the rest perftest's options. The server writes to
 #: stderr (kept as the run's stderr), the client to stdout. A client that fails while the server
@@ -112,6 +114,8 @@ def bandwidth(
     Slow only from GPU memory: the GPU and the NIC are far apart (`nvidia-smi topo -m`: SYS) or
     GPUDirect RDMA is off (nvidia_peermem): pair each HCA with its nearest GPU.
     """
+    from clustercheck.facts.perftest import bw_argv
+
     data: dict[str, Any] = {"ports": {}, "action": None}
     ports = _ports(host, devices, port, data)
     gpus: dict[str, list[int]] = {}
@@ -208,6 +212,8 @@ def _ports(
 def _one(
     host: Host, binary: str, hca: str, options: list[str], rate: float | None, min_fraction: float, budget: float
 ) -> BwVerdict:
+    from clustercheck.facts.perftest import PACKAGE, BwVerdict, PerftestParseError, judge_bw, parse_bw
+
     argv = loopback_argv(binary, hca, options)
     result = host.run(*argv, timeout=budget)
     shorten_last_observation(host, LOOPBACK_SCRIPT, "<ib_write_bw server, then client to localhost>")
