@@ -614,11 +614,11 @@ def test_power_limit_application_clocks_and_pstate(tmp_path: Path) -> None:
 
 
 def test_power_not_supported_skips_with_the_reason(tmp_path: Path) -> None:
-    # the healthy fixture's record predates power fields; a GPU whose NVML answered NOT_SUPPORTED says so
+    # a GPU whose NVML answered NOT_SUPPORTED to every power, clock and clock-reason call says so
     record = healthy_record()
+    unsupported = [k for k in record["gpus"][0] if k.startswith(("power_", "clocks_", "performance_state"))]
     for gpu in record["gpus"]:
-        gpu["clocks_event_reasons"] = None
-        gpu["unsupported"] = ["power_limit_w", "clocks_app_graphics_mhz", "clocks_event_reasons"]
+        gpu.update(dict.fromkeys(unsupported), unsupported=unsupported)
     result = run(node(tmp_path, record=record), "gpu.power")
     assert result.status.value == "skip"
     assert "power limit not supported by this GPU (NVML NOT_SUPPORTED)" in result.summary
