@@ -281,6 +281,9 @@ def counters(
         window = "since the previous run"
         if same_boot and previous is not None:
             before = _from_marker(previous.get("counters"))
+            at = previous.get("time")
+            if before is not None and isinstance(at, (int, float)):
+                evidence.append(f"previous reading {max(time.time() - at, 0):.0f} s ago (same boot)")
     data["window"] = window if before is not None else "none"
 
     # -- counters --------------------------------------------------------------------------------
@@ -378,7 +381,8 @@ def counters(
     data["flaps"] = flaps
     data["problems"] = fails + warns
     if boot and slurm.marker_folder() is not None:
-        marker: dict[str, object] = {"name": "rdma.counters", "boot_id": boot, "counters": kept}
+        marker: dict[str, object] = {"name": "rdma.counters", "boot_id": boot, "time": round(time.time(), 3)}
+        marker["counters"] = kept
         if last_uptime is not None:
             marker["uptime_s"] = last_uptime
         if marker_logs:
