@@ -678,6 +678,9 @@ def test_rdma_bandwidth_a_port_down_fails_without_a_run(tmp_path: Path) -> None:
     check = _replay_edited(tmp_path, "1: DOWN", "400 Gb/sec (4X NDR)", {"devices": ["mlx5_0"]})
     assert (check["status"], check["action"]) == ("fail", "CHECK_CABLE"), check
     assert check["summary"] == "mlx5_0 port 1 is DOWN: no bandwidth can be measured"
+    check = _replay_edited(tmp_path / "init", "2: INIT", "400 Gb/sec (4X NDR)", {"devices": ["mlx5_0"]})
+    assert (check["status"], check["action"]) == ("fail", "INVESTIGATE"), check
+    assert "is INIT, not ACTIVE (no subnet manager answers?)" in check["summary"] and "sminfo" in check["remedy"]
 
 
 def test_rdma_bandwidth_a_port_trained_below_the_expected_rate_fails(tmp_path: Path) -> None:

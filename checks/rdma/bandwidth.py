@@ -130,7 +130,12 @@ def bandwidth(
         entry: dict[str, Any] = {"state": state or None, "sysfs_rate_gbps": rate, "runs": []}
         data["ports"][hca] = entry
         if state and state != "ACTIVE":
-            fails.append((f"{label} is {state}: no bandwidth can be measured", "CHECK_CABLE"))
+            if state == "DOWN":
+                fails.append((f"{label} is DOWN: no bandwidth can be measured", "CHECK_CABLE"))
+            else:  # INIT, ARMED: the link is up, no subnet manager has made the port active
+                fails.append(
+                    (f"{label} is {state}, not ACTIVE (no subnet manager answers?): not measured", "INVESTIGATE")
+                )
             continue
         target: float | None = expected_rate if expected_rate > 0 else rate
         if expected_rate > 0 and rate is not None and rate < expected_rate:
@@ -147,14 +152,15 @@ def bandwidth(
             elif verdict.status == "error":
                 errors.append(f"{where}: {verdict.message}")
     if fails:
-        action = "CHECK_CABLE" if any(a == "CHECK_CABLE" for _, a in fails) else "FIX_CONFIG"
-        remedy = (
-            "reseat or replace the cable/transceiver of the port named (`mlxlink -d HCA` shows link errors and "
-            "width) and check the NIC's PCIe link; rerun once before replacing"
-            if action == "CHECK_CABLE"
-            else "pair the HCA with a GPU under the same PCIe switch (`nvidia-smi topo -m`) and check that "
-            "GPUDirect RDMA works (nvidia_peermem or DMA-BUF)"
-        )
+        action = next(a for a in ("CHECK_CABLE", "INVESTIGATE", "FIX_CONFIG") if any(a == b for _, b in fails))
+        remedy = {
+            "CHECK_CABLE": "reseat or replace the cable/transceiver of the port named (`mlxlink -d HCA` shows link "
+            "errors and width) and check the NIC's PCIe link; rerun once before replacing",
+            "INVESTIGATE": "check that a subnet manager runs for the port's fabric (`sminfo`, `ibstat`: SM lid) and "
+            "that the switch port is enabled",
+            "FIX_CONFIG": "pair the HCA with a GPU under the same PCIe switch (`nvidia-smi topo -m`) and check that "
+            "GPUDirect RDMA works (nvidia_peermem or DMA-BUF)",
+        }[action]
         also = f" (and {len(errors)} run(s) that could not be judged)" if errors else ""
         return fail(
             "; ".join(text for text, _ in fails) + also,
