@@ -45,7 +45,8 @@ def hw(host: Host, *, flags: str) -> Result:
         return fail(f"the DIMM the test pulled from {node} is missing")
     if said[:1] == ["sleep"]:
         host.run("sleep", said[1], timeout=float(said[1]) + 5)
-    return ok(f"{node} is whole")
+    gpus = host.run("printenv", "CUDA_VISIBLE_DEVICES").stdout.strip() or "none"
+    return ok(f"{node} is whole, GPUs {gpus}")
 
 
 @check(action="INVESTIGATE")
@@ -160,6 +161,9 @@ def test_sweep_drains_the_failing_node_skips_a_busy_one_and_never_touches_an_adm
         # one merged report: every node, its checks or why not, the fleet's groups with the action
         assert set(doc["hosts"]) == {"w1", "w2", "w3", "w4"}
         assert [c["id"] for c in doc["hosts"]["w1"]["checks"]] == ["site.hw", "site.bw"]
+        # the run had the node's GPUs (gres/gpu: --exclusive alone gives none)
+        gpus = "0,1,2" if slurm.gres else "none"
+        assert doc["hosts"]["w1"]["checks"][0]["summary"] == f"w1 is whole, GPUs {gpus}"
         assert doc["hosts"]["w3"]["checks"][0]["id"] == logic.SWEEP_CHECK
         assert [(g["check"], g["hosts"], g["action"]) for g in doc["fleet"]["groups"]] == [
             ("site.hw", "w2", "REPLACE_HW")
@@ -333,7 +337,14 @@ def test_retest_decision() -> None:
     assert new.reason == "clustercheck: site.hw: other"
 
 
+def test_node_gpus_reads_every_gres_form() -> None:
+    for gres, want in (("gpu:8", 8), ("gpu:h100:8(S:0-1)", 8), ("gpu:a100:4,nvme:1", 4), ("(null)", 0)):
+        assert logic.node_gpus(f"NodeName=n1 Arch=x86_64\n   Gres={gres}\n") == want, gres
+    assert logic.node_gpus("NodeName=n1\n   Gres=gpu:a100:2(S:0),gpu:v100:2(S:1)\n") == 4
+
+
 def test_srun_is_exclusive_and_never_waits_for_a_busy_node() -> None:
-    argv = logic.srun_argv("n1", ["cc", "run"], job_name="j", seconds=600, reservation="r", partition="gpu")
+    argv = logic.srun_argv("n1", ["cc", "run"], job_name="j", seconds=600, reservation="r", partition="gpu", gpus=8)
+    assert "--gres=gpu:8" in argv
     assert argv[:3] == ["srun", "-w", "n1"] and "--exclusive" in argv and "--reservation=r" in argv
     assert any(a.startswith("--immediate=") for a in argv) and "--time=11" in argv and argv[-2:] == ["cc", "run"]

@@ -19,6 +19,7 @@ signals) is in clustercheck.commands.sweep; this module says, from what those pr
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -105,6 +106,18 @@ def time_limit_minutes(seconds: float) -> int:
     return max(1, math.ceil(seconds / 60)) + 1
 
 
+def node_gpus(show_node: str) -> int:
+    """The GPUs Slurm knows on the node, from `scontrol show node`'s Gres= (`gpu:8`, `gpu:h100:8(S:0-1)`,
+    `gpu:a100:4,nvme:1`, `(null)`): an exclusive allocation gets no GPU it does not ask for."""
+    m = re.search(r"(?m)^\s*Gres=(\S+)", show_node)
+    total = 0
+    for part in re.split(r",(?![^(]*\))", m.group(1) if m else ""):
+        fields = re.sub(r"\(.*?\)", "", part).split(":")
+        if fields[0] == "gpu" and len(fields) >= 2 and fields[-1].isdigit():
+            total += int(fields[-1])
+    return total
+
+
 def srun_argv(
     node: str,
     command: Sequence[str],
@@ -113,11 +126,15 @@ def srun_argv(
     seconds: float,
     reservation: str | None = None,
     partition: str | None = None,
+    gpus: int = 0,
     srun: str = "srun",
 ) -> list[str]:
-    """One exclusive allocation of `node` (no other job beside it) that gives up rather than wait
-    for a node a job took meanwhile (--immediate)."""
+    """One exclusive allocation of `node` (no other job beside it), with every GPU of it (--exclusive
+    alone gives none where cgroups constrain devices), that gives up rather than wait for a node a job
+    took meanwhile (--immediate)."""
     argv = [srun, "-w", node, "-N1", "-n1", "--exclusive", f"--immediate={IMMEDIATE_S}", f"--job-name={job_name}"]
+    if gpus:
+        argv.append(f"--gres=gpu:{gpus}")
     argv.append(f"--time={time_limit_minutes(seconds)}")
     if reservation:
         argv.append(f"--reservation={reservation}")

@@ -113,6 +113,7 @@ class Sweeper:
         self.folder = Path(tempfile.mkdtemp(prefix="clustercheck-sweep-"))
         self.pool: ThreadPoolExecutor | None = None
         self.srun_s: dict[str, float] = {}  # node -> seconds spent in srun
+        self.gpus: dict[str, int] = {}  # node -> GPUs Slurm knows there (Gres=), all asked for
         self.futures: dict[str, Future[Outcome]] = {}
 
     # -- Slurm ------------------------------------------------------------------------------------
@@ -128,9 +129,12 @@ class Sweeper:
             said = (shown.stderr or shown.stdout).strip().splitlines()
             raise ClusterCheckError(f"cannot read node {node}'s state: {shown.describe()}: {said[0] if said else ''}")
         try:
-            return slurm_mod.parse_scontrol_show_node(shown.stdout, node)
+            state = slurm_mod.parse_scontrol_show_node(shown.stdout, node)
         except ValueError as exc:
             raise ClusterCheckError(str(exc)) from None
+        with self.lock:
+            self.gpus[node] = logic.node_gpus(shown.stdout)
+        return state
 
     def record_path(self, node: str) -> Path:
         return slurm_mod.state_path(self.opts.record_file, node)
@@ -210,6 +214,7 @@ class Sweeper:
             seconds=self.opts.run_timeout,
             reservation=reservation,
             partition=self.opts.partition,
+            gpus=self.gpus.get(node, 0),
             srun=self.opts.srun,
         )
         with self.lock:
