@@ -753,3 +753,35 @@ def test_the_whole_outputs_read_as_the_fixtures_say() -> None:
     assert _loop_judge(NVLINK.read_text(), variant="nvlink", min_busbw=200) == "ok"
     assert _loop_judge(NVLINK.read_text(), variant="nvlink", min_busbw=250) == "fail"  # 216.6 GB/s
     assert _loop_judge(SOCKET.read_text()) == "fail"
+
+
+def test_nccl_loopback_counts_the_gpus_with_nvidia_smi(tmp_path: Path) -> None:
+    # `nvidia-smi -L` prints one "GPU N: NAME (UUID: ...)" line per GPU: the same lines head each GPU's
+    # block of the real `nvidia-smi nvlink -s` output this stand-in takes them from
+    nvlink = CORPUS / "nvidia_smi" / "gpud-nvidia-smi-nvlink-status-8xA100.txt"
+    args = tmp_path / "args"
+    standin(tmp_path, "nvidia-smi", f"[ \"$1\" = -L ] && grep '^GPU ' '{nvlink}'\n")
+    bin_dir = standin(tmp_path, "all_reduce_perf", f"echo \"$@\" > '{args}'\ncat '{EFA_GDR}'\n")
+    code, check = run_local(tmp_path, {"nccl.loopback": {"min_busbw": 40}}, bin_dir)
+    assert (code, check["status"], check["data"]["gpus"]) == (0, "ok", 8), check
+    assert args.read_text().split()[-2:] == ["-g", "8"]
+
+
+def test_record_with_a_standin_gives_a_fixture_of_the_real_output(tmp_path: Path) -> None:
+    bin_dir = standin(tmp_path, "nvbandwidth", f"cat '{A6000}'\n")
+    profile = FIXTURES / "deep-profiles" / "gpu-bw-d2d-only.yaml"
+    out = tmp_path / "rec"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "clustercheck", "record", "--local", "--out", str(out), "--profile", str(profile)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert proc.returncode in (0, 2), proc.stderr
+    (stdout,) = out.glob("commands/*/stdout")
+    assert stdout.read_bytes() == A6000.read_bytes()
+    replay = cli("run", "--replay", out, "--profile", profile)
+    assert replay.returncode == 2 and "GPU 0 -> GPU 5" in replay.stdout
