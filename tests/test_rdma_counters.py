@@ -103,7 +103,8 @@ def test_link_flaps_of_the_real_logs() -> None:
     bootnet = next(f for f in count_flaps(parse_link_events(flapped)) if f.interface == "bootnet")
     assert (bootnet.downs, bootnet.up_now) == (1, True)
     # judged up to the previous run: the carrier lines already counted are left out
-    assert count_flaps(parse_link_events(SIX_FLAPS), skip=4)[0].downs == 2
+    assert count_flaps(parse_link_events(SIX_FLAPS), skip={"ib6": 4})[0].downs == 2
+    assert count_flaps(parse_link_events(SIX_FLAPS), skip={"ib0": 4})[0].downs == 6
 
 
 def test_thresholds() -> None:
@@ -303,3 +304,33 @@ def test_a_port_with_only_hw_counters_is_judged_by_them(tmp_path: Path) -> None:
     code, c = replay(fixture, "--profile", FIXTURES / "rdma-counters-window.profile.yaml")
     assert (code, c["status"]) == (2, "fail") and "mlx5_6 port 1 out_of_sequence +5120" in c["summary"]
     assert "no counters readable" not in json.dumps(c)
+
+
+def test_carrier_losses_in_a_log_file_are_judged_once(tmp_path: Path) -> None:
+    """rdma-counters-before with azurehpc's real 6-flap syslog as /var/log/syslog, replayed by three prologs."""
+    node = tmp_path / "node"
+    shutil.copytree(FIXTURES / "rdma-counters-before", node)
+    (node / "files/var/log").mkdir(parents=True)
+    (node / "files/var/log/syslog").write_text(SIX_FLAPS)
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  rdma.counters: {log_files: [/var/log/syslog]}\n")
+    state = tmp_path / "state"
+
+    def once() -> dict[str, Any]:
+        args = ["prolog", "--replay", node, "--profile", profile, "--state-file", state / "s.json"]
+        proc = cli(*args, "--syslog-socket", "")
+        assert proc.returncode in (0, 2), proc.stderr
+        result: dict[str, Any] = json.loads((state / "s.json").read_text())["checks"][0]
+        return result
+
+    first = once()
+    assert first["status"] == "fail" and "ib6 lost its link 6 times" in first["summary"]
+    assert json.loads((state / "rdma.counters.marker.json").read_text())["logs"]["/var/log/syslog"]["downs"] == {
+        "ib6": 6
+    }
+    assert once()["status"] == "ok"  # the same six losses, judged the first time
+    # one more loss, a copy of the file's own line: only that one counts
+    lost = next(line for line in SIX_FLAPS.splitlines() if "lost carrier" in line)
+    (node / "files/var/log/syslog").write_text(SIX_FLAPS + "\n" + lost + "\n")
+    third = once()
+    assert third["status"] == "fail" and "ib6 lost its link 1 time (" in third["summary"]

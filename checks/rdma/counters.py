@@ -361,7 +361,9 @@ def counters(
                 flaps.append(f._asdict() | {"log": source})
                 if f.downs > max_flaps:
                     fails.append(_flap_text(f, f"{source} lines {', '.join(map(str, f.lines[:6]))}"))
-    old_logs = previous.get("logs") if same_boot and previous and isinstance(previous.get("logs"), dict) else {}
+    # a log file outlives a boot: what an earlier run judged of it is kept by its first line (a rotated
+    # file starts over) and, per interface, how many carrier losses it had then
+    old_logs = previous.get("logs") if previous and isinstance(previous.get("logs"), dict) else {}
     for path in log_files:
         log = host.read_optional(path)
         if log is None:
@@ -369,11 +371,20 @@ def counters(
             continue
         head = log.split("\n", 1)[0][:200]
         seen = old_logs.get(path) if isinstance(old_logs, dict) else None
-        skip_n = int(seen.get("downs", 0)) if isinstance(seen, dict) and seen.get("head") == head else 0
+        judged_downs = seen.get("downs") if isinstance(seen, dict) and seen.get("head") == head else None
+        skip_n = (
+            {str(k): v for k, v in judged_downs.items() if isinstance(v, int)} if isinstance(judged_downs, dict) else {}
+        )
         events = parse_link_events(log)
-        total = sum(1 for e in events if e.source == "carrier" and not e.up)
-        marker_logs[path] = {"head": head, "downs": total}
-        evidence.append(f"{path}: {len(events)} link lines" + (f", {skip_n} downs judged before" if skip_n else ""))
+        totals: dict[str, int] = {}
+        for e in events:
+            if e.source == "carrier" and not e.up:
+                totals[e.interface] = totals.get(e.interface, 0) + 1
+        marker_logs[path] = {"head": head, "downs": totals}
+        before_n = sum(skip_n.values())
+        evidence.append(
+            f"{path}: {len(events)} link lines" + (f", {before_n} losses judged before" if before_n else "")
+        )
         for f in count_flaps(events, skip=skip_n):
             flaps.append(f._asdict() | {"log": path})
             if f.downs > max_flaps:

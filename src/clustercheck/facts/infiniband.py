@@ -12,7 +12,7 @@ libibverbs.so.1 and the verbs providers); only when sysfs shows no HCA, `ibstat`
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from clustercheck import Host, fact
@@ -536,14 +536,16 @@ class Flaps(NamedTuple):
     lines: tuple[int, ...]  # the lines of the counted downs
 
 
-def count_flaps(events: Sequence[LinkEvent], after_uptime: float | None = None, skip: int = 0) -> list[Flaps]:
+def count_flaps(
+    events: Sequence[LinkEvent], after_uptime: float | None = None, skip: Mapping[str, int] | None = None
+) -> list[Flaps]:
     """Per interface, how often a link that was up went down.
 
     An mlx5 `Link down` counts only after a `Link up` of the same interface: the driver logs a
     port's first state when it brings the interface up (a port without a cable logs `Link
     down` at boot), and that is no flap. networkd logs `lost carrier` only on a loss, so each
     counts. `after_uptime` leaves out events stamped at or before it (judged by an earlier
-    run); `skip` leaves out the first `skip` downs of each interface's carrier lines (a log
+    run); `skip` ({interface: n}) leaves out the first n carrier losses of an interface (a log
     file already judged up to there).
     """
     state: dict[str, bool] = {}
@@ -561,7 +563,7 @@ def count_flaps(events: Sequence[LinkEvent], after_uptime: float | None = None, 
             continue
         if e.source == "carrier":
             seen_carrier[e.interface] = seen_carrier.get(e.interface, 0) + 1
-            if seen_carrier[e.interface] <= skip:
+            if seen_carrier[e.interface] <= (skip or {}).get(e.interface, 0):
                 continue
         if after_uptime is not None and e.uptime_s is not None and e.uptime_s <= after_uptime:
             continue
