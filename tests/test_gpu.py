@@ -644,6 +644,31 @@ def test_processes_left_on_a_gpu_fail_naming_pid_and_user(tmp_path: Path) -> Non
     assert run(a10g, "gpu.processes").status.value == "ok"
 
 
+# Slurm's cgroup v2 place of a job's task (system.slice/<node>_slurmstepd.scope/job_<id>/step_<id>/user/task_<n>)
+JOB_CGROUP = "0::/system.slice/gpu001_slurmstepd.scope/job_4242/step_0/user/task_0\n"
+
+
+def test_a_running_jobs_process_is_no_leftover_outside_its_prolog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t4 = corpus_record("telegraf-nvidia-smi-q-x-TeslaT4-515.xml.txt")  # python 5762 (1005 MiB)
+    busy = node(tmp_path / "a", record=t4, files={"/proc/5762/cgroup": JOB_CGROUP})
+    result = run(busy, "gpu.processes")  # as `health` sees a node running job 4242
+    assert result.status.value == "ok", result
+    assert "PID 5762 belongs to running job 4242" in "\n".join(result.evidence)
+    # in the prolog of another job, that process holds the new job's GPU
+    monkeypatch.setenv("SLURM_JOB_ID", "4243")
+    ps = {("ps", "-o", "pid=,user=", "-p", "5762"): (0, "   5762 jdoe\n", "")}
+    other = node(tmp_path / "b", record=t4, files={"/proc/5762/cgroup": JOB_CGROUP}, commands=ps)
+    assert run(other, "gpu.processes").status.value == "fail"
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")  # a run inside job 4242 itself
+    assert run(other, "gpu.processes").status.value == "ok"
+    # a process in no job's cgroup (an sshd session's) is a leftover wherever the check runs
+    monkeypatch.delenv("SLURM_JOB_ID")
+    outside = {"/proc/5762/cgroup": "0::/user.slice/user-1000.slice/session-7.scope\n"}
+    assert run(node(tmp_path / "c", record=t4, files=outside, commands=ps), "gpu.processes").status.value == "fail"
+
+
 def test_memory_held_without_a_process_needs_a_reset(tmp_path: Path) -> None:
     record = h100_q_record()
     record["gpus"][3]["memory_used_mib"] = 30000  # edited: memory held, no process listed

@@ -812,6 +812,31 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_SLURM_JOB_CGROUP_RE = re.compile(r"/job_(\d{1,12})(?:/|$)")
+
+
+def parse_slurm_job_cgroup(text: str) -> str | None:
+    """/proc/PID/cgroup -> the Slurm job whose cgroup holds the process, or None.
+
+    Slurm's cgroup plugins put a job's processes under `.../job_<id>/step_<id>/...`: cgroup v1
+    `/slurm/uid_<uid>/job_<id>/...`, cgroup v2 `/system.slice/<node>_slurmstepd.scope/job_<id>/...`.
+    """
+    for line in text.splitlines():
+        m = _SLURM_JOB_CGROUP_RE.search(line.split(":", 2)[-1])
+        if m:
+            return m.group(1)
+    return None
+
+
+def slurm_job_of(host: Host, pid: int) -> str | None:
+    """The Slurm job a process runs in (its cgroup), or None: none, or /proc/PID/cgroup not readable."""
+    try:
+        text = host.read_optional(f"/proc/{pid}/cgroup")
+    except (HostError, OSError):  # not recorded in a fixture, not permitted: not known to be a job's
+        return None
+    return parse_slurm_job_cgroup(text or "")
+
+
 def parse_ps_users(text: str) -> dict[int, str]:
     """`ps -o pid=,user= -p PIDS` -> {pid: user}."""
     users = {}
@@ -822,7 +847,7 @@ def parse_ps_users(text: str) -> dict[int, str]:
     return users
 
 
-@check(needs=["probe nvml", "command ps"], timeout=20, action="FIX_CONFIG")
+@check(needs=["probe nvml", "command ps", "file /proc/<pid>/cgroup"], timeout=20, action="FIX_CONFIG")
 def processes(host: Host, *, max_memory_mib: int = 256, graphics: bool = False, job_gpus_only: bool = True) -> Result:
     """No compute process and no GPU memory is left on any GPU before a job starts.
 
@@ -836,12 +861,15 @@ def processes(host: Host, *, max_memory_mib: int = 256, graphics: bool = False, 
     SSH), with each process's user from `ps -o pid=,user= -p PIDS`; graphics-only processes
     (Xorg) are left out unless `graphics`. A compute process fails (FIX_CONFIG: the job's
     cleanup left it), naming GPU, PID, process, user and memory; more than `max_memory_mib`
-    MiB of GPU memory used with no process to show for it fails (RESET_GPU). In a prolog no
-    job of this allocation runs yet, so any compute process is a leftover. On a node shared
-    between jobs, with `job_gpus_only` (the default) and a job in view (`clustercheck prolog`,
-    or a run inside a job), only the job's GPUs are judged (SLURM_JOB_GPUS, else a numeric
-    CUDA_VISIBLE_DEVICES: the node's GPU indices, which NVML's index follows where gres.conf
-    lists the GPUs in /dev/nvidiaN order); the other jobs' GPUs are listed, not judged.
+    MiB of GPU memory used with no process to show for it fails (RESET_GPU). A process whose
+    /proc/PID/cgroup puts it in a Slurm job (`.../job_<id>/...`) is that job's: outside a job
+    (`clustercheck health` on a busy node, a `run`) it is listed, not judged; in the job's own
+    prolog any other job's process on its GPUs fails, and a process in no job's cgroup is a
+    leftover wherever the check runs. On a node shared between jobs, with `job_gpus_only` (the
+    default) and a job in view (`clustercheck prolog`, or a run inside a job), only the job's
+    GPUs are judged (SLURM_JOB_GPUS, else a numeric CUDA_VISIBLE_DEVICES: the node's GPU
+    indices, which NVML's index follows where gres.conf lists the GPUs in /dev/nvidiaN order);
+    the other jobs' GPUs are listed, not judged.
 
     Fix: `kill PID` (and find why the previous job's processes outlived it: Slurm's
     `ProctrackType=proctrack/cgroup` with `KillWait`, an epilog that kills what is left on
@@ -854,25 +882,32 @@ def processes(host: Host, *, max_memory_mib: int = 256, graphics: bool = False, 
     if isinstance(usable, Result):
         return usable
     evidence = _evidence(record)
-    if job_gpus_only:
-        from clustercheck.slurm import current_job
+    from clustercheck.slurm import current_job
 
-        job = current_job()
-        if job is not None and job.gpus is not None:
-            others = [g for g in usable if g.index not in job.gpus]
-            if others:
-                evidence.append(f"{_index_list(others)}: not GPUs of job {job.job_id or '?'}, not judged")
-            usable = [g for g in usable if g.index in job.gpus]
-            if not usable:
-                return skip(
-                    f"job {job.job_id or '?'} has GPUs {','.join(map(str, job.gpus))}, none of which NVML lists",
-                    evidence=evidence,
-                )
+    job = current_job()
+    if job_gpus_only and job is not None and job.gpus is not None:
+        others = [g for g in usable if g.index not in job.gpus]
+        if others:
+            evidence.append(f"{_index_list(others)}: not GPUs of job {job.job_id or '?'}, not judged")
+        usable = [g for g in usable if g.index in job.gpus]
+        if not usable:
+            return skip(
+                f"job {job.job_id or '?'} has GPUs {','.join(map(str, job.gpus))}, none of which NVML lists",
+                evidence=evidence,
+            )
     known = [g for g in usable if g.processes is not None or g.memory_used_mib is not None]
     if not known:
         why = "; ".join(f"{g.label}: processes {g.why_missing('processes')}" for g in usable[:4])
         return skip(f"no GPU reports its processes or memory use ({why})", evidence=_evidence(record))
     found = [(g, p) for g in known for p in g.processes or () if graphics or p.type is None or "C" in p.type]
+    running = []  # processes of a Slurm job that still runs (outside a job's own prolog: not leftovers)
+    for g, p in list(found):
+        owner = slurm_job_of(host, p.pid)
+        this_job = job is not None and job.job_id is not None and owner == job.job_id
+        if owner is not None and (job is None or this_job):
+            found.remove((g, p))
+            running.append(f"{g.label}: PID {p.pid} belongs to {'this' if this_job else 'running'} job {owner}")
+    evidence += running
     users: dict[int, str] = {}
     if found:
         pids = ",".join(sorted({str(p.pid) for _, p in found}, key=int))
