@@ -856,3 +856,18 @@ def test_fleet_drift_names_the_node_on_other_firmware(tmp_path: Path) -> None:
         "others": [{"value": "96.00.74.00.01", "hosts": "gpu003", "count": 1}],
     }
     assert "GPU ECC mode" not in drift and "GPU InfoROM" not in drift  # the same on all three
+
+
+def test_xid_check_stays_linear_on_a_flood_of_chained_lines(tmp_path: Path) -> None:
+    # 40k XID lines: 149s and the 45s they caused on 8 GPUs (a quadratic chain walk took minutes)
+    lines = []
+    for n in range(20_000):
+        gpu = f"0000:{0x18 + n % 8:02x}:00"
+        lines.append(f"[{n}.5] NVRM: Xid (PCI:{gpu}): 149, NETIR Fatal XC0 i0 Link {n % 18} (0x0)")
+        lines.append(f"[{n}.6] NVRM: Xid (PCI:{gpu}): 45, pid={n}, name=python3, Ch 0001 caused by previous Xid 149")
+    folder = kernel_log_node(tmp_path, "\n".join(lines) + "\n")
+    start = time.monotonic()
+    result = run(folder, "gpu.xid")
+    assert time.monotonic() - start < 10.0  # generous for a loaded machine: linear takes about a second
+    assert result.status.value == "fail" and "caused by previous XID 149" in result.summary
+    assert len(result.evidence) < 250  # the evidence is capped, the summary groups by GPU

@@ -35,7 +35,7 @@ from clustercheck.facts.kernel_log import (
     parse_since,
     parse_uptime,
     parse_xids,
-    root_cause,
+    root_causes,
 )
 from clustercheck.facts.kernel_log import kernel_log as kernel_log_fact
 from clustercheck.facts.slurm_conf import (
@@ -1044,8 +1044,8 @@ def _groups(events: list[XidEvent]) -> list[_Group]:
     """Events grouped by (XID, GPU, root cause), in the order of their first line."""
     counted = bursts(events)
     keyed: dict[tuple[int, str, int], list[XidEvent]] = {}
-    for e in events:
-        keyed.setdefault((e.xid, e.pci, root_cause(e, events)), []).append(e)
+    for e, root in zip(events, root_causes(events), strict=True):
+        keyed.setdefault((e.xid, e.pci, root), []).append(e)
     groups = []
     for (code, pci, root), members in keyed.items():
         occurrences = bursts(members)[(code, pci)] if root != code else counted[(code, pci)]
@@ -1053,7 +1053,7 @@ def _groups(events: list[XidEvent]) -> list[_Group]:
     return groups
 
 
-def _chained_fatal(group: _Group, events: list[XidEvent]) -> bool:
+def _chained_fatal(group: _Group, by_key: dict[tuple[str, int], list[XidEvent]]) -> bool:
     """A chain's first XID is judged by its root: an XID 45 caused by a fatal XID 149 is fatal.
 
     The root's own line, where the log holds it (the latest before the chain on that GPU),
@@ -1061,7 +1061,7 @@ def _chained_fatal(group: _Group, events: list[XidEvent]) -> bool:
     """
     if group.root == group.xid:
         return group.first.fatal
-    earlier = [e for e in events if e.pci == group.pci and e.xid == group.root and e.line < group.first.line]
+    earlier = [e for e in by_key.get((group.pci, group.root), []) if e.line < group.first.line]
     if earlier:
         return earlier[-1].fatal
     info = group.root_info
@@ -1188,7 +1188,10 @@ def xid(
     if len(events) > 200:
         evidence.append(f"... and {len(events) - 200} more XID lines")
     groups = _groups(events)
-    fatal = [g for g in groups if _chained_fatal(g, events)]
+    by_key: dict[tuple[str, int], list[XidEvent]] = {}
+    for e in events:
+        by_key.setdefault((e.pci, e.xid), []).append(e)
+    fatal = [g for g in groups if _chained_fatal(g, by_key)]
     unknown = [g for g in groups if g not in fatal and (g.root_info is None)]
     repeated = [
         g
@@ -1205,9 +1208,9 @@ def xid(
                 "uptime_s": e.uptime_s,
                 "fatal": e.fatal,
                 "action": e.action,
-                **({"caused_by": e.caused_by, "root_cause": root_cause(e, events)} if e.caused_by is not None else {}),
+                **({"caused_by": e.caused_by, "root_cause": root} if e.caused_by is not None else {}),
             }
-            for e in events[:500]
+            for e, root in zip(events[:500], root_causes(events)[:500], strict=True)
         ],
         "occurrences": [
             {"xid": g.xid, "pci": g.pci, "root_cause": g.root, "occurrences": g.occurrences} for g in groups

@@ -368,28 +368,32 @@ def parse_xids(log: str) -> list[XidEvent]:
     return events
 
 
-def root_cause(event: XidEvent, events: list[XidEvent]) -> int:
-    """The XID at the end of the event's "caused by previous Xid N" chain (its own XID without one).
+def root_causes(events: list[XidEvent]) -> list[int]:
+    """The XID at the end of each event's "caused by previous Xid N" chain (its own XID without one).
 
-    A chain is followed through the earlier events of the same GPU that carry a link of their
-    own (at most 8 steps, and never round a loop).
+    A chain is followed through the latest earlier event of that XID on the same GPU that
+    carries a link of its own (at most 8 steps, never round a loop); one pass over the events.
     """
-    root, seen = event.caused_by, {event.xid}
-    if root is None:
-        return event.xid
-    latest: dict[int, XidEvent] = {}
+    latest: dict[tuple[str, int], XidEvent] = {}
+    roots = []
     for e in events:
-        if e.pci == event.pci and e.line < event.line:
-            latest[e.xid] = e
-    for _ in range(8):
-        if root in seen:
-            break
-        seen.add(root)
-        earlier = latest.get(root)
-        if earlier is None or earlier.caused_by is None:
-            break
-        root = earlier.caused_by
-    return root
+        root, seen = e.xid, {e.xid}
+        step = e.caused_by
+        for _ in range(8):
+            if step is None or step in seen:
+                break
+            root = step
+            seen.add(step)
+            earlier = latest.get((e.pci, step))
+            step = earlier.caused_by if earlier is not None else None
+        roots.append(root)
+        latest[(e.pci, e.xid)] = e
+    return roots
+
+
+def root_cause(event: XidEvent, events: list[XidEvent]) -> int:
+    """The root XID of one event of `events` (see root_causes)."""
+    return dict(zip((e.line for e in events), root_causes(events), strict=True)).get(event.line, event.xid)
 
 
 BURST_GAP_S = 10.0  # lines of one XID on one GPU closer than this are one occurrence

@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from clustercheck.probes.nvml import CLOCK_REASONS, Gpu, GpuProcess, GpuRecord, parse_nvidia_smi_xml
+from clustercheck.probes.nvml import CLOCK_REASONS, NOT_VALUES, Gpu, GpuProcess, GpuRecord, parse_nvidia_smi_xml
 
-_NOT_VALUES = {"", "N/A", "[N/A]", "Unknown Error", "[Unknown Error]", "ERR!", "[ERR!]", "Not Supported"}
+_NOT_VALUES = {"", "ERR!", "[ERR!]", *NOT_VALUES}
 MAX_LINE = 4096  # a longer line is no nvidia-smi line: cut before matching
 
 

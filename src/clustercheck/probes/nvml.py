@@ -265,6 +265,10 @@ def format_cuda_version(encoded: int) -> str:
 # -- nvidia-smi -q -x ------------------------------------------------------------------------
 
 
+# what nvidia-smi prints for a value it has not: not reported, not readable, not supported by the GPU
+NOT_VALUES = frozenset({"N/A", "[N/A]", "Unknown Error", "[Unknown Error]", "Not Supported", "[Not Supported]"})
+
+
 def _text(element: ElementTree.Element | None, path: str) -> str | None:
     """Stripped text at `path`; None when absent, empty or "N/A"."""
     if element is None:
@@ -273,7 +277,7 @@ def _text(element: ElementTree.Element | None, path: str) -> str | None:
     if found is None or found.text is None:
         return None
     text = found.text.strip()
-    return None if not text or text in ("N/A", "[N/A]", "Unknown Error", "[Unknown Error]") else text
+    return None if not text or text in NOT_VALUES else text
 
 
 def _int(text: str | None) -> int | None:
