@@ -4,9 +4,9 @@ Reads, in one shell command per node (read only): `grep -H .` over
 /sys/class/infiniband/*/ports/*/{link_layer,state} and every file of
 /sys/class/infiniband/*/ports/*/counters/ and hw_counters/ (twice, `sleep` between, with
 `sample_s`); /proc/sys/kernel/random/boot_id; the kernel log (`dmesg`, else `journalctl -k
--b`) for mlx5 link down/up lines; the log files the profile names (syslog) for networkd's
-carrier lines. The parsers are clustercheck.facts.infiniband's (parse_counters,
-counter_delta, parse_link_events, count_flaps).
+-b`, the kernel_log fact gpu.xid shares) for mlx5 link down/up lines; the log files the profile
+names (syslog) for networkd's carrier lines. The parsers are clustercheck.facts.infiniband's
+(parse_counters, counter_delta, parse_link_events, count_flaps).
 """
 
 # Sources: drivers/infiniband/core/sysfs.c (counter names and widths, PORT_PMA_ATTR);
@@ -138,17 +138,6 @@ def _boot_id(host: Host) -> str | None:
         return None
     value = (text or "").strip()
     return value if re.fullmatch(r"[0-9a-f-]{36}", value) else None
-
-
-def _kernel_log(host: Host) -> tuple[str | None, str]:
-    """(text, source) of the kernel log, or (None, why not): `dmesg`, else `journalctl -k -b`."""
-    result = host.run("dmesg")
-    if result.ok:
-        return result.stdout, "dmesg"
-    journal = host.run("journalctl", "-k", "-b", "-o", "short-monotonic", "--no-pager", "-q")
-    if journal.ok and journal.stdout.strip():
-        return journal.stdout, "journalctl -k -b"
-    return None, f"`dmesg` {result.describe()}; `journalctl -k -b` {journal.describe()}"
 
 
 _STAMP_RE = re.compile(r"^\s{0,40}\[\s{0,12}(\d{1,10}\.\d{1,9})\]")
@@ -348,7 +337,13 @@ def counters(
     marker_logs: dict[str, dict[str, object]] = {}
     last_uptime: float | None = None
     if kernel_log:
-        text, source = _kernel_log(host)
+        # imported here: every rdma module loads with rdma.ports on the prolog path (~10 ms of import)
+        from clustercheck.facts.kernel_log import kernel_log as shared_kernel_log
+
+        try:
+            text, source = shared_kernel_log(host)  # read once per run, shared with gpu.xid
+        except HostError as exc:
+            text, source = None, str(exc).removeprefix("cannot tell: ")
         if text is None:
             notes.append(f"kernel log unreadable ({source[:160]}): flaps judged from link_downed only")
         else:
