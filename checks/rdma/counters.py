@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
-from clustercheck.errors import CommandTimeout, HostError
+from clustercheck.errors import CommandTimeout, HostError, NotRecorded
 from clustercheck.facts import shorten_last_observation
 from clustercheck.facts.infiniband import (
     Delta,
@@ -342,6 +342,8 @@ def counters(
 
         try:
             text, source = shared_kernel_log(host)  # read once per run, shared with gpu.xid
+        except NotRecorded:  # a replay strictly lacking it: re-record, never judged without
+            raise
         except HostError as exc:
             text, source = None, str(exc).removeprefix("cannot tell: ")
         if text is None:
