@@ -113,3 +113,16 @@ def test_facts_modules_import_no_check_module() -> None:
             if name == "checks" or name.startswith(("checks.", "clustercheck.checks")):
                 offences.append(f"{path.relative_to(ROOT)}:{line}: imports {name}")
     assert not offences, "a facts module imports a check module:\n" + "\n".join(offences)
+
+
+def test_a_check_of_a_package_imports_its_own_module_only() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom clustercheck import registry\n"
+        "assert registry.lookup('gpu.xid') and registry.lookup('gpu.nvlink')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('clustercheck.checks.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['clustercheck.checks.gpu', 'clustercheck.checks.gpu.nvlink']", out

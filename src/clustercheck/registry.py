@@ -303,11 +303,21 @@ def builtin_modules() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
 
 
-def _import_subsystem(name: str) -> None:
+def _import_subsystem(name: str, check_id: str = "") -> None:
+    """Import subsystem `name`: a module, or a package and its modules. Looking for one check
+    (`check_id`), a package's module named after it (`gpu.nvlink` in checks/gpu/nvlink.py) is
+    tried first and the others only if it is not there, so a prolog imports what it runs."""
     module = importlib.import_module(f"clustercheck.checks.{name}")
-    for sub in pkgutil.iter_modules(getattr(module, "__path__", [])):
-        if not sub.name.startswith("_"):
-            importlib.import_module(f"clustercheck.checks.{name}.{sub.name}")
+    subs = [m.name for m in pkgutil.iter_modules(getattr(module, "__path__", [])) if not m.name.startswith("_")]
+    if check_id in _REGISTRY:
+        return
+    wanted = check_id.partition(".")[2]
+    if wanted in subs:
+        importlib.import_module(f"clustercheck.checks.{name}.{wanted}")
+        if check_id in _REGISTRY:
+            return
+    for sub in subs:
+        importlib.import_module(f"clustercheck.checks.{name}.{sub}")
 
 
 def load_dir(folder: Path) -> None:
@@ -375,7 +385,7 @@ def lookup(check_id: str) -> CheckSpec | None:
         return _REGISTRY[check_id]
     stem = check_id.split(".", 1)[0]
     if re.fullmatch(r"[a-z_][a-z0-9_]*", stem) and stem in builtin_modules():
-        _import_subsystem(stem)
+        _import_subsystem(stem, check_id)
     if check_id not in _REGISTRY:
         _load_entry_points()
     return _REGISTRY.get(check_id)
