@@ -186,7 +186,8 @@ def test_sweep_drains_the_failing_node_skips_a_busy_one_and_never_touches_an_adm
 def test_a_slow_measurement_is_measured_again_before_a_drain(slurm: SlurmCluster, site: Site) -> None:
     site.arrange("w5", bw=[10, 100])  # one slow run, then fine
     site.arrange("w6", bw=[10, 12])  # slow twice
-    code, doc = sweep_json(slurm, site, "w5", "w6", extra=("--reservation", "cc-sweep-test"))
+    # inside a reservation it creates, the nodes named of the partition (srun --partition too)
+    code, doc = sweep_json(slurm, site, "w5", "w6", extra=("--reservation", "cc-sweep-test", "--partition", "main"))
     assert code == 2, doc["sweep"]
     w5, w6 = doc["sweep"]["w5"], doc["sweep"]["w6"]
     assert (w5["done"], w5["passes"]) == ("passed", 2) and "DRAIN" not in slurm.state("w5")
