@@ -785,9 +785,10 @@ def test_xid_since_a_duration_or_a_time(tmp_path: Path) -> None:
     assert "judged: the last 30 min" in recent.evidence[0]
     assert "from before the window, not judged" in "\n".join(recent.evidence)
     since_three = run(folder, "gpu.xid", since="2025-01-21T03:00:00Z")
-    assert since_three.status.value == "warn" and "XID 13 on GPU 0000:38:00 in 7 separate occurrences" in (
-        since_three.summary
+    assert since_three.status.value == "warn" and (
+        "XID 13 on GPU 0000:38:00 in 7 separate occurrences since 2025-01-21T03:00:00Z (" in since_three.summary
     )
+    assert "in 9 separate occurrences in the last 1 d (" in run(folder, "gpu.xid", since="1d").summary
     assert "in 9 separate occurrences" in run(folder, "gpu.xid", since="1d").summary
     # dmesg's uptime stamps: the XID 79 of the fell-off fixture at 86412 s, now 86500 s
     fell_off = (FIXTURES / "gpu-h100/xid79-fell-off-bus/commands/dmesg/stdout").read_text()

@@ -1171,7 +1171,9 @@ def xid(
         unplaced = sum(1 for _, held in placed if held is None)
         older = sum(1 for _, held in placed if held is False)
         events = [e for e, held in placed if held is not False]
-    span = {"boot": "since boot", "previous": "since the previous run"}.get(kind, "in " + window.split(" (")[0])
+    span = {"boot": "since boot", "previous": "since the previous run", "duration": "in " + window.split(" (")[0]}.get(
+        kind, window.split(" (")[0]
+    )
     if kind == "previous" and window == "boot":
         span = "since boot"
     evidence = [f"{len(text.splitlines())} lines of kernel log from `{source}`; judged: {window}"]
