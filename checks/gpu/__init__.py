@@ -465,7 +465,7 @@ def slot_width(host: Host, bus_id: str) -> tuple[int | None, str]:
 
 
 @check(
-    needs=["probe nvml", "command readlink", "file /sys/devices/.../max_link_width"],
+    needs=["probe nvml", "command readlink", "file /sys/devices/<port above the GPU>/max_link_width"],
     timeout=20,
     action="REPLACE_HW",
 )
@@ -710,7 +710,9 @@ def power(
     Fix: `nvidia-smi -i N -pl WATTS` back to the default (`-q -d POWER` shows it) and find what
     set it (a power-capping service, the previous job's prolog); `nvidia-smi -i N -rac` resets
     application clocks; for a power brake or HW slowdown check the power supplies and fans in
-    the BMC (`ipmitool sel list`), then reseat or RMA the board if it persists.
+    the BMC (`ipmitool sel list`), then reseat or RMA the board if it persists. NVIDIA notes HW
+    slowdown "may be also reported during PState or clock change": one sample of it alone, run
+    again before acting.
     """
     want_state = performance_state.strip().upper()
     if want_state and not re.fullmatch(r"P\d{1,2}", want_state):
