@@ -67,6 +67,8 @@ def test_gpu_node_extends_base_and_overrides_services() -> None:
         "gpu.pcie_link",
         "gpu.persistence_mode",
         "gpu.throttle",
+        "gpu.power",
+        "gpu.processes",
         "gpu.xid",
     ]
     assert [c.id for c in gpu.checks] == [c.id for c in base.checks] + ["node.modules", *gpu_checks]
@@ -85,6 +87,7 @@ def test_prolog_sets_per_check_timeouts() -> None:
         "gpu.count": 5,
         "gpu.ecc": 5,
         "gpu.xid": 5,
+        "gpu.processes": 5,
         "gpu.persistence_mode": 5,
         "storage.mounts": 5,
         "rdma.ports": 5,
