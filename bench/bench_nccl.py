@@ -339,6 +339,8 @@ def main() -> int:
         "| CPU / grep | peak RSS MB (largest process) "
         "| peak PSS MB (all processes) | speed target held | memory target held | exit codes | commands |"
     )
+    from clustercheck.analyzers.nccl_log import EXACT_CHANNELS as EXACT
+
     text = f"""# NCCL log analysis: `clustercheck nccl-log` vs `grep -c NCCL`
 
 Target (issue #16): on a large multi-rank log of 300 MB, 1 GB and 4 GB, at most 3x the wall
@@ -364,6 +366,25 @@ Command: `{python} bench/bench_nccl.py {size_arg} --rounds {args.rounds}`
 
 {speed_line}
 {memory_line}
+
+## Reading
+
+- A run is a fixed part plus a cost per GB (both in the notes above). The fixed part is the
+  interpreter's start and the imports (nccl-log with plain arguments does not import Typer), the
+  exact start of the log (its first {EXACT:,} channel lines attributed to their hosts one by one)
+  and parsing every rank's init lines once: for this 1,024-rank job about half a second, which
+  grep does not have; at 300 MB it is over a third of the run.
+- Per GB, the scanner reads every byte in three C passes over each block: the regex engine for
+  the line kinds that decide the verdict (about 0.8 ns a byte: nearly every line of a large log
+  holds `NCCL `, where the engine must look), the channel counter (`via NET/...`, about 0.6 ns)
+  and the newline count that line numbers need (`bytes.count`, about 0.35 ns), plus, in a block
+  with channels lacking GPUDirect RDMA (this log has such a host in every block), the pass that
+  names their host. `grep -c` makes one pass at about 0.6 ns a byte. Python's standard library
+  has no faster multi-pattern search than `re` and `bytes.count`/`find`, so about 4x grep's per-GB
+  cost is the floor of this scanner, and the 3x target would take a compiled one.
+- With two processes each takes half of the file when both CPUs are free (the fastest -j 2 round
+  at the largest size shows it); the medians show it only when the run had both CPUs to itself
+  (the load in the Machine line: other sessions share these two CPUs).
 """
     print(text)
     if args.markdown:
