@@ -859,3 +859,28 @@ def test_plain_path_and_typer_path_agree(args: list[str]) -> None:
 def test_plain_path_leaves_mistakes_to_typer(args: list[str], says: str) -> None:
     run = cli("nccl-log", LOGS / "slurmv4-roce-single-hca-pxn-nccl2.27.5-node2.txt", *args)
     assert run.returncode == 64 and says in run.stderr and "Traceback" not in run.stderr
+
+
+# -- the package: one import surface, the scan's sizes set in one place ------------------------------------
+
+
+def test_every_public_name_is_importable_from_the_package() -> None:
+    for name in nccl_log.__all__:
+        assert getattr(nccl_log, name) is not None, name
+    from clustercheck.analyzers.nccl_log import GREP_PATTERN, Scanner  # what checks/nccl.py imports
+
+    assert Scanner().report().status.value == "warn" and "NCCL (WARN" in GREP_PATTERN
+
+
+def test_exact_channels_set_on_the_package_steers_every_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _big_log(tmp_path).read_bytes()
+
+    def p2p_attributed() -> int:
+        part = nccl_log._scan_stream(io.BytesIO(data), "-")
+        return sum(n for (_, cls, _), (n, _) in part.channels.items() if cls.startswith("P2P/"))
+
+    everything = p2p_attributed()
+    monkeypatch.setattr(nccl_log, "BLOCK", 4096)
+    monkeypatch.setattr(nccl_log, "EXACT_CHANNELS", 2000)
+    # past the exact start intra-node P2P channels are no longer attributed one by one
+    assert 0 < p2p_attributed() < everything
