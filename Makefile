@@ -49,12 +49,8 @@ system-deps:
 	    test -x /usr/sbin/sshd || exit 1; fi; \
 	fi
 
-# test_monitoring.py runs in an interpreter of its own: after the safety tests in the same process its
-# in-process HTTP servers have had connections refused or reset (cause still open),
-# which no run of the module alone shows.
 test: venv system-deps
-	$(VENV)/bin/python -m pytest --ignore=tests/test_monitoring.py
-	$(VENV)/bin/python -m pytest tests/test_monitoring.py
+	$(VENV)/bin/python -m pytest
 
 lint: venv
 	$(VENV)/bin/ruff check src checks tests bench tools

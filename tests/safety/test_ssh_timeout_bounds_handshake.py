@@ -6,6 +6,7 @@ The silent host is a real listening socket on loopback that accepts and says not
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -35,8 +36,15 @@ def silent_port() -> Iterator[int]:
                 return
             accepted.append(conn)  # held open, silent
 
-    threading.Thread(target=accept, daemon=True).start()
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
     yield server.getsockname()[1]
+    # shutdown() wakes the accept() blocked in the kernel; close() alone would not, and the
+    # thread would go on holding the listening socket (and, once its number is reused, accept
+    # what a later test's server was sent: a scrape with "no data received")
+    with contextlib.suppress(OSError):
+        server.shutdown(socket.SHUT_RDWR)
+    acceptor.join(5)
     server.close()
     for conn in accepted:
         conn.close()
