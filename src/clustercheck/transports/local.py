@@ -288,23 +288,22 @@ def _kill_marked(marks: Sequence[str], pids: Sequence[int]) -> int:
     """SIGKILL `pids`, every process whose environment has an entry MARK=<one of `marks`>...,
     and every descendant of those. A mark ending in NUL matches one command exactly, else it
     is a prefix ("<pid>-": all of one clustercheck process's commands). Another pass over
-    /proc follows one that killed something (one may have forked while we looked) or that saw
-    a process in the middle of execve() (its environment reads empty until the new image is
-    set up), at most five in all; the process tree is read only when there is a hit."""
+    /proc follows one that killed something (one may have forked while we looked), and one
+    that saw a process in the middle of execve() (its environment and its command line read
+    empty until the new image is set up), for up to a second; the process tree is read only
+    when there is a hit."""
     needles = [f"{MARK}={m}".encode() for m in marks]
     me = os.getpid()
     killed: set[int] = set()
-    blank: set[int] = set()  # seen with an empty environment: one that stays so is no execve()
-    for _ in range(5):
-        marked, empty = _marked(needles)
+    give_up = time.monotonic() + 1.0
+    for _ in range(100):  # a bound even against a fork bomb of marked processes
+        marked, in_exec = _marked(needles)
         doomed = marked | set(pids)
         if not doomed - killed:
-            if not empty - blank:
+            if not in_exec or time.monotonic() > give_up:
                 break
-            blank |= empty
             time.sleep(0.01)
             continue
-        blank |= empty
         children: dict[int, list[int]] = {}  # a process that cleared its environment, a child mid-exec
         for pid, ppid in _parents().items():
             children.setdefault(ppid, []).append(pid)
@@ -330,22 +329,24 @@ def _pids() -> list[str]:
         return []
 
 
-def _marked(needles: Sequence[bytes]) -> tuple[set[int], set[int]]:
-    """The processes with an environment entry that starts with one of `needles`, and the live
-    ones (with an executable: not a kernel thread, not a zombie) whose environment read empty,
-    as it does in the middle of execve()."""
+def _marked(needles: Sequence[bytes]) -> tuple[set[int], bool]:
+    """The processes with an environment entry that starts with one of `needles`, and whether
+    one is in the middle of execve(): alive (it has an executable: no kernel thread, no zombie)
+    with an empty environment and an empty command line (a process that cleared its
+    environment still has its argv)."""
     hits: set[int] = set()
-    empty: set[int] = set()
+    in_exec = False
     for name in _pids():
         with contextlib.suppress(OSError):
             with open(f"/proc/{name}/environ", "rb") as f:
                 env = f.read()
-            if not env:
-                if os.path.exists(f"/proc/{name}/exe"):
-                    empty.add(int(name))
-            elif any(env.startswith(n) or b"\0" + n in env for n in needles):
-                hits.add(int(name))
-    return hits, empty
+            if env:
+                if any(env.startswith(n) or b"\0" + n in env for n in needles):
+                    hits.add(int(name))
+            elif not in_exec and os.path.exists(f"/proc/{name}/exe"):
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    in_exec = not f.read(1)
+    return hits, in_exec
 
 
 def _parents() -> dict[int, int]:
