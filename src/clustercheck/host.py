@@ -168,19 +168,26 @@ class Host:
         self.received = 0  # bytes of command output and file text brought back in this run
 
     # -- primitives ---------------------------------------------------------------
-    def run(self, *argv: str, timeout: float | None = None) -> CommandResult:
+    def run(self, *argv: str, timeout: float | None = None, shown_as: str | None = None) -> CommandResult:
         """Run a command; a non-zero exit or a timeout is in the result, not raised.
 
+        `shown_as`: how the evidence (and a message about the cap or the deadline) writes the
+        command instead of spelling out every argument, e.g. `sh -c '<rdma gather script>'` for a
+        long script. What runs (and what a fixture records) is `argv` all the same.
+
         OutputTooLarge (an error) when it printed more than the cap: its output is not judged."""
-        self._refuse_if_over(shlex.join(argv))
+        shown = shlex.join(argv) if shown_as is None else shown_as
+        self._refuse_if_over(shown)
         try:
-            result = self.transport.run(argv, timeout=self._budget(timeout, "run " + shlex.join(argv)))
+            result = self.transport.run(argv, timeout=self._budget(timeout, "run " + shown))
         except OutputTooLarge:
             cap = describe_size(output_limit())
-            self.observations.append(f"$ {shlex.join(argv)}  (stopped: printed more than {cap})")
+            self.observations.append(f"$ {shown}  (stopped: printed more than {cap})")
             raise
-        self._count(len(result.stdout) + len(result.stderr), shlex.join(argv))
-        line = result.describe()
+        self._count(len(result.stdout) + len(result.stderr), shown)
+        line = result.describe()  # "$ COMMAND  (how it ended)"
+        if shown_as is not None:
+            line = f"$ {shown}{line[len(result.command) + 2 :]}"
         if not result.ok and result.stderr.strip():
             line += "  stderr: " + _first_line(result.stderr)
         self.observations.append(line)
