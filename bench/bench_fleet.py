@@ -2,8 +2,13 @@
 """Fleet runs over SSH: clustercheck vs ClusterShell's clush and pdsh on 256 loopback hosts.
 
 Starts a real OpenSSH server fleet on loopback (tests/sshd.py: ceil(N/16) sshd daemons, one
-port, throwaway keys; addresses 127.0.1.1-128 and 127.0.2.1-128 for 256 hosts), then runs,
-interleaved and in a rotating order, for a few rounds:
+port, throwaway keys; addresses 127.0.1.1-128 and 127.0.2.1-128 for 256 hosts), each daemon
+in a PID namespace with a /proc of its own (unless --shared-pid-namespace): a node's sessions
+see the node's processes, not those of 255 other "nodes" sharing this kernel (clustercheck
+reads the processes that started during each of its commands to kill what it left behind; in
+one shared namespace that is every other host's ~120 live processes, about 4-8 ms of node CPU
+a host that no real node pays). Then it runs, interleaved and in a rotating order, for a few
+rounds:
 
   clustercheck            `clustercheck run --ssh HOSTS --ssh-config CFG -p base -f json --jobs J`
                           (paramiko: one connection and one session per host for all its commands; it
@@ -23,7 +28,8 @@ default-kex rows are context and 3-4x slower, so they run one measured round unl
 
 Reports per tool: median wall time; CPU seconds of the tool (user+sys, its ssh children
 included) and of the sshd side (the fleet daemons' reaped children, and the session processes
-that outlive their sshd: the bench is their subreaper, so they are counted too), both per host; per-host
+that outlive their sshd: each daemon is the first process of its namespace and reaps them, or,
+with --shared-pid-namespace, the bench is their subreaper: counted either way), both per host; per-host
 wall cost (wall x jobs / hosts: how long one of the J slots spends on a host); peak RSS (GNU
 `/usr/bin/time -f %M`: the largest single process, so for clush/pdsh one of its ssh clients or
 itself, not their sum); and the ratio clustercheck / clush. Output goes to /dev/null, except in
@@ -121,6 +127,20 @@ def hostlist(addrs: list[str]) -> str:
         prefix, last = a.rsplit(".", 1)
         groups[prefix].append(int(last))
     return ",".join(f"{p}.[{min(v)}-{max(v)}]" if len(v) > 1 else f"{p}.{v[0]}" for p, v in groups.items())
+
+
+def daemon_pids(procs: list[subprocess.Popen[bytes]]) -> list[int]:
+    """The sshd daemons' PIDs: each Popen's own, or, where it is `unshare --fork`, its child (the
+    daemon, the first process of its PID namespace, which reaps its sessions and their orphans)."""
+    pids = []
+    for p in procs:
+        pid = p.pid
+        with contextlib.suppress(OSError, ValueError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "unshare":
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                pid = int(children[0]) if children else pid
+        pids.append(pid)
+    return pids
 
 
 def sshd_cpu_s(pids: list[int]) -> float:
@@ -251,8 +271,16 @@ def main() -> int:
         action="store_true",
         help="skip the diagnostic row (clush's probe command as one clustercheck check)",
     )
+    ap.add_argument(
+        "--shared-pid-namespace",
+        action="store_true",
+        help="run the fleet's sshd daemons in this PID namespace: every host's sessions then see all 256 "
+        "hosts' processes in /proc (by default each daemon, 16 hosts, has a PID namespace and /proc of its own)",
+    )
     ap.add_argument("--markdown", metavar="FILE", help="write the report as Markdown to FILE (default: stdout)")
     args = ap.parse_args()
+    if not args.shared_pid_namespace and (os.geteuid() != 0 or not shutil.which("unshare")):
+        ap.error("PID namespaces for the fleet need root and unshare(1) (util-linux); or --shared-pid-namespace")
     if min(args.rounds, args.default_kex_rounds, args.hosts, args.jobs) < 1:
         ap.error("--rounds, --default-kex-rounds, --hosts and --jobs must be at least 1")
     if args.hosts > 128 * 254:
@@ -282,14 +310,15 @@ def main() -> int:
         try:
             server, proc = start_sshd(tmp / "sshd")
             addrs = addresses(args.hosts)
-            fleet, fleet_procs = start_fleet(server, addrs, tmp / "fleet")
+            fleet, fleet_procs = start_fleet(server, addrs, tmp / "fleet", pid_namespaces=not args.shared_pid_namespace)
         except BaseException as exc:  # tests.sshd says why through pytest.fail (a BaseException)
             if isinstance(exc, KeyboardInterrupt):
                 raise
             print(f"bench_fleet: cannot start the sshd fleet: {exc}", file=sys.stderr)
             return 2
-        pids = [p.pid for p in fleet_procs]
-        _KEEP.update([proc.pid, *pids])
+        _KEEP.update([proc.pid, *(p.pid for p in fleet_procs)])
+        pids = daemon_pids(fleet_procs)  # the sshd daemons (in namespaces: unshare's children)
+        _KEEP.update(pids)
         # The fleet's own config names 127.0.0.*; ours covers any address. BatchMode: never a prompt.
         cfg = tmp / "ssh_config"
         cfg.write_text(
@@ -333,9 +362,9 @@ def main() -> int:
         elapsed = time.monotonic() - started
         md = report(subjects, args, python, tmp, hl, elapsed)
     finally:
-        for p in fleet_procs:  # by PID, each one we started
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGTERM)
+        for pid in daemon_pids(fleet_procs):  # by PID, each one we started (unshare ignores SIGTERM:
+            with contextlib.suppress(ProcessLookupError):  # its sshd, once it exits, ends it)
+                os.kill(pid, signal.SIGTERM)
         for p in fleet_procs:
             try:
                 p.wait(timeout=5)
@@ -411,7 +440,13 @@ def report(subjects: list[Subject], args: argparse.Namespace, python: str, tmp: 
         f"Python {platform.python_version()}, {tool_versions()}  ",
         f"Command: `{shlex.join([_shown(python), *sys.argv])}`  ",
         f"Hosts: {n} loopback addresses ({hl}), served by {-(-n // 16)} sshd daemons on one port, on the same "
-        f"CPUs as the tools; fan-out {args.jobs} for every tool  ",
+        f"CPUs as the tools; fan-out {args.jobs} for every tool; "
+        + (
+            "all daemons in the bench's PID namespace (every session sees all hosts' processes in /proc)  "
+            if args.shared_pid_namespace
+            else "each daemon in a PID namespace with a /proc of its own (its 16 hosts' sessions see their "
+            "own processes, not the other hosts': a node sees its own)  "
+        ),
         f"Rounds: {args.rounds} measured ({min(args.rounds, args.default_kex_rounds)} for the OpenSSH-default-kex "
         f"rows), interleaved, order rotating, after a warm-up on {WARMUP_HOSTS} hosts; "
         f"the first round's output is checked; the whole bench took {elapsed:.0f} s  ",

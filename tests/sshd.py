@@ -229,8 +229,15 @@ class Fleet:
     known_hosts: Path
 
 
-def start_fleet(server: SSHServer, addresses: list[str], folder: Path) -> tuple[Fleet, list[subprocess.Popen[bytes]]]:
-    """Serve `addresses` on the test server's port with ceil(N/16) more sshd daemons."""
+def start_fleet(
+    server: SSHServer, addresses: list[str], folder: Path, *, pid_namespaces: bool = False
+) -> tuple[Fleet, list[subprocess.Popen[bytes]]]:
+    """Serve `addresses` on the test server's port with ceil(N/16) more sshd daemons.
+
+    pid_namespaces (root only; the fleet benchmark): each daemon runs as the first process of a
+    PID namespace of its own, with its own /proc (`unshare --pid --fork --mount-proc`), so that
+    the sessions of its 16 hosts see their own processes, as a node does, not every other
+    host's: the returned Popen is unshare's, and killing it kills the namespace."""
     folder.mkdir(parents=True, exist_ok=True)
     base = (server.folder / "sshd_config").read_text()
     base = "\n".join(line for line in base.splitlines() if not line.startswith(("ListenAddress", "PidFile")))
@@ -242,7 +249,10 @@ def start_fleet(server: SSHServer, addresses: list[str], folder: Path) -> tuple[
         top, match, rest = base.partition("\nMatch ")  # global options go before the Match block
         config.write_text(f"{top}\n{listen}PidFile {folder}/sshd.{n // MAX_LISTEN}.pid\n{match.lstrip()}{rest}\n")
         log = folder / f"sshd.{n // MAX_LISTEN}.log"
-        procs.append(subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)], stdin=subprocess.DEVNULL))
+        argv = [SSHD, "-D", "-f", str(config), "-E", str(log)]
+        if pid_namespaces:
+            argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *argv]
+        procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL))
     deadline = time.monotonic() + 15
     for address in addresses:
         while True:

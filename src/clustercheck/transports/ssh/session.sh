@@ -33,24 +33,25 @@ if command -v timeout >/dev/null 2>&1; then cc_t=1; else cc_t=; fi
 cc_me=$$
 cc_end() { printf '\n@END@-%s %s\n' "$1" "$2"; printf '\n@END@-%s\n' "$1" >&2; }
 cc_new() {
-cc_n=; read -r cc_x cc_x cc_x cc_x cc_n cc_x </proc/loadavg; cc_p=$1; shift; cc_list=
+cc_n=; read -r cc_x cc_x cc_x cc_x cc_n cc_x </proc/loadavg; cc_p=$1; cc_list='' cc_env=''
 case $cc_p.$cc_n in *[!0-9.]*|.*|*.) cc_n=0 cc_p=1;; esac
 if [ "$cc_n" -lt "$cc_p" ] || [ $((cc_n - cc_p)) -gt 1024 ]; then
-for cc_x; do cc_list="$cc_list /proc/[1-9]*/$cc_x"; done; return 0; fi
+cc_env='/proc/[1-9]*/environ' cc_list='/proc/[1-9]*/environ /proc/[1-9]*/stat'; return 0; fi
 while [ "$cc_p" -lt "$cc_n" ]; do cc_p=$((cc_p + 1))
-if [ -e /proc/$cc_p ]; then for cc_x; do cc_list="$cc_list /proc/$cc_p/$cc_x"; done; fi; done
+if [ -e /proc/$cc_p ]; then cc_env="$cc_env /proc/$cc_p/environ" cc_list="$cc_list /proc/$cc_p/environ /proc/$cc_p/stat"; fi
+done
 }
 cc_sweep() {
 cc_k=0 cc_dead=" $cc_me "
 while [ "$cc_k" -lt 5 ]; do cc_k=$((cc_k + 1)) cc_again=
-cc_new "$1" environ stat
+cc_new "$1"
 [ -n "$cc_list" ] || return 0
 # shellcheck disable=SC2013,SC2086 # /proc/PID/FILE names hold no blank: $cc_list splits on purpose
 for cc_p in $(grep -lsE -e "$2" -e "^[0-9]+ \\(.*\\) . [0-9]+ [0-9]+ $$ " $cc_list </dev/null)
 do cc_p=${cc_p#/proc/}; cc_p=${cc_p%/*}; case $cc_dead in *" $cc_p "*) continue;; esac
 kill -KILL "$cc_p"; cc_dead="$cc_dead$cc_p " cc_again=1; done 2>/dev/null
 # shellcheck disable=SC2013,SC2086 # the same
-for cc_p in $(grep -Ls . $cc_list </dev/null); do cc_p=${cc_p#/proc/}; cc_p=${cc_p%/*}
+for cc_p in $(grep -Ls . $cc_env </dev/null); do cc_p=${cc_p#/proc/}; cc_p=${cc_p%/*}
 [ -e "/proc/$cc_p/exe" ] && cc_again=1; done 2>/dev/null
 [ -n "$cc_again" ] || return 0; sleep 0.01 2>/dev/null
 done
@@ -58,6 +59,7 @@ done
 cc_run() {
 cc_i=$1 cc_l=$2 cc_s=$3; shift 3
 cc_b=; read -r cc_x cc_x cc_x cc_x cc_b cc_x </proc/loadavg
+# shellcheck disable=SC2034 # cc_x: what is read and dropped
 { read -r cc_x <&3; read -r cc_me cc_x </proc/self/stat
 cc_sweep "$cc_b" cc-@NONCE@; kill -s KILL -- -$$; } </dev/null >/dev/null 2>&1 &
 cc_w=$!
