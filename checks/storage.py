@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import time
 from typing import Any
 
 from clustercheck import Host, Result, Size, check, fail, ok, warn
 from clustercheck.errors import HostError
+from clustercheck.facts import shown_with
 from clustercheck.facts.mounts import mount_table
 from clustercheck.registry import human_size
 
@@ -538,12 +538,10 @@ def measure(host: Host, args: dict[str, Any], python: str) -> dict[str, Any]:
             f"{max(0.0, left):.0f} s left to this check (its timeout, --host-timeout or the run's --timeout): "
             "lower `budget` or raise the check's `timeout` (and the run's --timeout)",
         )
-    result = host.run(python, "-c", SCRIPT, json.dumps(args, sort_keys=True), timeout=args["budget_s"] + CLEANUP_S)
-    # the observation would quote the whole script: say what it was instead
-    if host.observations and SCRIPT in host.observations[-1]:
-        host.observations[-1] = host.observations[-1].replace(
-            shlex.quote(SCRIPT), f"<clustercheck storage script, {len(SCRIPT)} characters>"
-        )
+    argv = (python, "-c", SCRIPT, json.dumps(args, sort_keys=True))
+    # the evidence says what the script was instead of quoting all of it
+    named = shown_with(argv, SCRIPT, f"<clustercheck storage script, {len(SCRIPT)} characters>")
+    result = host.run(*argv, timeout=args["budget_s"] + CLEANUP_S, shown_as=named)
     line = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     try:
         record = json.loads(line)

@@ -31,3 +31,24 @@ def cli(
 
 def all_fixtures() -> list[Path]:
     return sorted(p.parent for p in FIXTURES.rglob("fixture.yaml"))
+
+
+def posix_sh_problems(text: str, *, shellcheck: bool = False) -> list[str]:
+    """What the POSIX shells here say of a script's syntax (`-n`: parsed, not run): sh, dash, bash
+    --posix, busybox ash, those installed. With `shellcheck` (where installed), its findings too
+    (`-s sh`; what a script does on purpose it says in `# shellcheck disable=` lines). [] is clean."""
+    import shutil
+
+    shells = [s for s in ("sh", "dash", "bash", "busybox") if shutil.which(s)]
+    assert shells, "no POSIX shell to lint a script with"
+    problems = []
+    for shell in shells:
+        argv = {"busybox": [shell, "ash", "-n"], "bash": [shell, "--posix", "-n"]}.get(shell, [shell, "-n"])
+        proc = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=10)
+        if proc.returncode != 0:
+            problems.append(f"{shell}: {proc.stderr.strip()}")
+    if shellcheck and shutil.which("shellcheck"):
+        proc = subprocess.run(["shellcheck", "-s", "sh", "-"], input=text, capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            problems.append(f"shellcheck: {proc.stdout.strip()}")
+    return problems

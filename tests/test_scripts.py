@@ -3,7 +3,13 @@ and how the evidence names such a script instead of spelling it out (`Host.run(s
 
 from __future__ import annotations
 
+import hashlib
+import importlib.resources
+import re
 import sys
+
+import pytest
+from tests.helpers import posix_sh_problems
 
 from clustercheck import Host
 from clustercheck.transports.local import LocalTransport
@@ -20,3 +26,48 @@ def test_shown_as_names_the_command_in_the_evidence_and_runs_argv_unchanged() ->
     assert script not in line
     plain = host.run(sys.executable, "-c", "print(1)")
     assert host.observations[1].startswith(f"$ {plain.command}  (exit 0, ")
+
+
+# -- the scripts' text: pinned, as recorded in fixtures --------------------------------------
+#: sha256 of each script as sent, taken from the Python strings these files replaced: the same
+#: bytes, so every fixture that recorded them replays. A new hash means re-recording fixtures.
+SENT = {
+    "PROBE_SCRIPT": (944, "1df6471b563a63e7d6837e7d34b8bfb9ca6d57fde55d5de97fe177b003e30004"),
+    "IMAGE_SCRIPT": (2565, "af2bdbcfc146e6fc215abc7260273d69c18d184161ddd67e7694b2974cc638f5"),
+    "IMAGE_FILE_SCRIPT": (219, "a91e714392e7d4993788142e9ed91f63db767bed63026662ba0fea7f13e31ad9"),
+}
+SHELL_FILES = {
+    "PROBE_SCRIPT": "rdma_image_probe.sh",
+    "IMAGE_SCRIPT": "image_stack_probe.sh",
+    "IMAGE_FILE_SCRIPT": "image_file.sh",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SENT))
+def test_a_script_is_sent_byte_for_byte_as_recorded(name: str) -> None:
+    from clustercheck.facts import image
+
+    sent = getattr(image, name)
+    assert (len(sent), hashlib.sha256(sent.encode()).hexdigest()) == SENT[name]
+
+
+@pytest.mark.parametrize("name", sorted(SHELL_FILES))
+def test_a_shell_script_is_posix_sh_as_shipped_and_as_sent(name: str) -> None:
+    from clustercheck.facts import image
+
+    shipped = importlib.resources.files("clustercheck.facts.scripts").joinpath(SHELL_FILES[name]).read_text()
+    assert posix_sh_problems(shipped, shellcheck=True) == []
+    assert posix_sh_problems(getattr(image, name)) == []
+    assert not re.search(r"@[A-Z][A-Z0-9_]*@", getattr(image, name))  # every placeholder filled
+
+
+def test_the_loader_fills_placeholders_once_and_refuses_a_mismatch() -> None:
+    from clustercheck.facts import scripts
+
+    assert "@LIBRARY_SCAN@" in importlib.resources.files(scripts).joinpath("rdma_image_probe.sh").read_text()
+    assert scripts.text("rdma_image_probe.sh", LIBRARY_SCAN="echo @LIBRARY_SCAN@").count("echo @LIBRARY_SCAN@") == 1
+    with pytest.raises(ValueError, match=r"placeholders \['LIBRARY_SCAN'\], filled \[\]"):
+        scripts.text("rdma_image_probe.sh")
+    with pytest.raises(ValueError, match="filled"):
+        scripts.text("image_file.sh", EXTRA="x")
+    assert not any(line.lstrip().startswith("#") for line in scripts.text("image_file.sh").splitlines())

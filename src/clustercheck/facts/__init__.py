@@ -8,13 +8,10 @@ facts; they import facts modules, never each other (tests/test_architecture.py).
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from clustercheck.host import Host
+from collections.abc import Sequence
 
 
-def shorten_last_observation(host: Host, script: str, label: str) -> None:
-    """Evidence shows `sh -c '<label>'` instead of a long script (the fixture keeps the script)."""
-    if host.observations:
-        host.observations[-1] = host.observations[-1].replace(shlex.quote(script), f"'{label}'")
+def shown_with(argv: Sequence[str], script: str, shown: str) -> str:
+    """`argv` as evidence writes it (`Host.run(shown_as=...)`): `script` by a name, e.g.
+    `sh -c '<rdma gather script>'`, instead of its many lines (the fixture keeps the script)."""
+    return shlex.join(argv).replace(shlex.quote(script), shown)

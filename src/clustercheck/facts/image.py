@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from clustercheck import Host
 from clustercheck.errors import CommandTimeout, HostError
-from clustercheck.facts import shorten_last_observation
+from clustercheck.facts import scripts, shown_with
 from clustercheck.facts.infiniband import LIBRARY_SCAN, split_sections
 from clustercheck.registry import human_size
 
@@ -37,25 +37,9 @@ def show_limit(value: float) -> str:
 
 # -- the RDMA probe: what a job started from the image sees of RDMA ----------------------
 
-PROBE_SCRIPT = "\n".join(
-    [
-        "echo '## devices'",
-        'for f in /dev/infiniband/*; do [ -e "$f" ] && echo "$f"; done',
-        "echo '## hcas'",
-        'for f in /sys/class/infiniband/*; do [ -e "$f" ] && echo "${f##*/}"; done',
-        "echo '## libraries'",
-        LIBRARY_SCAN,
-        "echo '## memlock'",
-        "ulimit -l",
-        # sh builtins only: an image without grep or cat must not look like one without NCCL settings
-        "echo '## environment'",
-        "if command -v env >/dev/null 2>&1; then env; else export -p; fi | while IFS= read -r l; do "
-        'l=${l#export }; case "$l" in NCCL_*|MELLANOX_*) printf \'%s\\n\' "$l";; esac; done',
-        "echo '## nccl.conf'",
-        '[ -r /etc/nccl.conf ] && while IFS= read -r l || [ -n "$l" ]; do printf \'%s\\n\' "$l"; done < /etc/nccl.conf',
-        "exit 0",
-    ]
-)
+#: Sent as `LAUNCH... sh -c PROBE_SCRIPT` (the file without its comments, the last newline dropped
+#: as recorded); prints `## name` sections.
+PROBE_SCRIPT = scripts.text("rdma_image_probe.sh", LIBRARY_SCAN=LIBRARY_SCAN).removesuffix("\n")
 
 #: What one image probe may take: starting a multi-GB image from a parallel file system is slow.
 #: The check's own `timeout` (its budget) caps it.
@@ -114,8 +98,9 @@ def image_probe(host: Host, argv: Sequence[str]) -> ImageProbe:
     full = (*argv, "sh", "-c", PROBE_SCRIPT)
 
     def gather(h: Host) -> ImageProbe:
-        result = h.run(*full, timeout=PROBE_TIMEOUT)
-        shorten_last_observation(h, PROBE_SCRIPT, "<rdma image probe script>")
+        result = h.run(
+            *full, timeout=PROBE_TIMEOUT, shown_as=shown_with(full, PROBE_SCRIPT, "'<rdma image probe script>'")
+        )
         shown = shlex.join(argv) + " sh -c PROBE"
         if result.timed_out:
             raise CommandTimeout(h.name, f"`{shown}` did not finish within {result.duration_s:.1f} s")
@@ -153,48 +138,9 @@ _LIB_DIRS = " ".join(
     ]
 )
 
-#: Run inside the image (or with R=rootfs over an unpacked one). POSIX sh; prints sections. It
-#: needs no tool of the image's but sh (files are read with `read`), except grep for the NCCL
-#: banner, whose absence it reports (`### missing`).
+#: Run inside the image (or with CLUSTERCHECK_ROOT=rootfs over an unpacked one): scripts/image_stack_probe.sh.
 #: The script is part of the recorded command: changing it means re-recording fixtures.
-IMAGE_SCRIPT = (
-    "R=${CLUSTERCHECK_ROOT:-}\n"
-    'show() { for f in "$@"; do [ -r "$f" ] || continue; '
-    'while IFS= read -r l || [ -n "$l" ]; do printf \'%s\\n\' "$l"; done < "$f"; done; }\n'
-    "echo '### version.json'\n"
-    'show "$R/usr/local/cuda/version.json"\n'
-    "echo '### env'\n"
-    'if [ -n "$R" ]; then show "$R/etc/environment" "$R"/.singularity.d/env/*.sh; '
-    "elif command -v env >/dev/null 2>&1; then env; else export -p; fi\n"
-    "echo '### libraries'\n"
-    "nccl=''\n"
-    'env_dirs=$(IFS=:; for d in ${LD_LIBRARY_PATH:-}; do echo "$d"; done)\n'
-    'conf_dirs=$(for c in "$R"/etc/ld.so.conf.d/*.conf; do [ -r "$c" ] || continue; '
-    'while read -r l _; do case "$l" in /*) echo "$l";; esac; done < "$c"; done)\n'
-    # globs in the directory list (python3*) expand under $R, in the inner loop only
-    "set -f\n"
-    f"for d in $env_dirs {_LIB_DIRS} $conf_dirs; do\n"
-    "  set +f\n"
-    '  for f in "$R"$d/libcudart.so.* "$R"$d/libcuda.so.* "$R"$d/libnccl.so* "$R"$d/libnccl-net*.so; do\n'
-    '    [ -e "$f" ] || continue\n'
-    '    echo "${f#"$R"}"\n'
-    '    case "$f" in */libnccl.so.2) [ -z "$nccl" ] && nccl="$f";; esac\n'
-    "  done\n"
-    "  set -f\n"
-    "done\n"
-    "echo '### pip'\n"
-    f"for d in {' '.join(_PIP_DIRS)}; do\n"
-    "  set +f\n"
-    '  for f in "$R"$d/nvidia_*.dist-info; do [ -e "$f" ] && echo "${f#"$R"}"; done\n'
-    "  set -f\n"
-    "done\n"
-    "set +f\n"
-    "echo '### nccl-version'\n"
-    "if [ -n \"$nccl\" ] && ! command -v grep >/dev/null 2>&1; then echo '### missing'; echo grep; "
-    'elif [ -n "$nccl" ]; then grep -a -o -m 1 \'NCCL version [0-9][0-9.]*[+a-z0-9.]*\' "$nccl" | '
-    '{ read -r v && echo "$v"; }; fi\n'
-    "true\n"
-)
+IMAGE_SCRIPT = scripts.text("image_stack_probe.sh", LIB_DIRS=_LIB_DIRS, PIP_DIRS=" ".join(_PIP_DIRS))
 
 #: A pip wheel's metadata folder -> (package, version): nvidia_nccl_cu12-2.32.3.dist-info.
 _DIST_INFO = re.compile(r"/(nvidia_[a-z0-9_]+?)-(\d+(?:\.\d+)+)[^/]*\.dist-info$")
@@ -333,12 +279,8 @@ def _runtime_argv(image: str, runtime: str) -> tuple[str, ...]:
     raise ValueError(f"runtime: {runtime!r} is not one of auto, apptainer, singularity, enroot")
 
 
-#: On the node, when starting an image failed: what the image path is. Read-only; sh, od, wc.
-IMAGE_FILE_SCRIPT = (
-    'f=$1; if [ -d "$f" ]; then echo folder; elif [ ! -e "$f" ]; then echo absent; '
-    'elif [ ! -r "$f" ]; then echo unreadable; else echo file; wc -c < "$f"; '
-    'od -An -tx1 -N4 "$f"; od -An -tu8 -j40 -N8 "$f" 2>/dev/null; fi; true'
-)
+#: On the node, when starting an image failed: what the image path is (scripts/image_file.sh).
+IMAGE_FILE_SCRIPT = scripts.text("image_file.sh").removesuffix("\n")
 
 
 def image_trouble(host: Host, image: str) -> str:
@@ -402,9 +344,8 @@ def image_facts(host: Host, image: str, rootfs: str, runtime: str, command: tupl
             argv, where = (*command, "sh", "-c", IMAGE_SCRIPT), image or shlex.join(command)
         else:
             argv, where = _runtime_argv(image, runtime), image
-        result = h.run(*argv, timeout=120)
         # the evidence names the script instead of spelling out its 30 lines
-        shorten_last_observation(h, IMAGE_SCRIPT, "<image probe script>")
+        result = h.run(*argv, timeout=120, shown_as=shown_with(argv, IMAGE_SCRIPT, "'<image probe script>'"))
         if result.timed_out:
             raise HostError(h.name, f"looking inside {where} did not finish within {result.duration_s:.0f} s")
         said = _why_not_started(result.stderr + "\n" + result.stdout)

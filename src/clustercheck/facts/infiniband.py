@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from clustercheck import Host, fact
 from clustercheck.errors import CommandTimeout, HostError
-from clustercheck.facts import shorten_last_observation
+from clustercheck.facts import shown_with
 
 # -- model --------------------------------------------------------------------------------
 # NamedTuples, not dataclasses: eight dataclasses cost tens of ms of import (exec of generated
@@ -338,8 +338,8 @@ HOST_SCRIPT = "\n".join(
 @fact
 def rdma(host: Host) -> RdmaNode:
     """HCAs, ports, /dev/infiniband and verbs libraries of the node, in one command."""
-    result = host.run("sh", "-c", HOST_SCRIPT)
-    shorten_last_observation(host, HOST_SCRIPT, "<rdma gather script>")
+    argv = ("sh", "-c", HOST_SCRIPT)
+    result = host.run(*argv, shown_as=shown_with(argv, HOST_SCRIPT, "'<rdma gather script>'"))
     if result.timed_out:
         raise CommandTimeout(host.name, f"reading RDMA sysfs did not finish within {result.duration_s:.1f} s")
     sections = split_sections(result.stdout)
