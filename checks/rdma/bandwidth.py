@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from clustercheck import Host, Result, check, fail, ok
 from clustercheck.errors import HostError
-from clustercheck.facts import shorten_last_observation
+from clustercheck.facts import shown_with
 from clustercheck.facts.infiniband import parse_rate, parse_state, rdma
 
 if TYPE_CHECKING:  # the reader is imported when the check runs: every rdma module loads on the prolog path
@@ -221,8 +221,8 @@ def _one(
     from clustercheck.facts.perftest import PACKAGE, BwVerdict, PerftestParseError, judge_bw, parse_bw
 
     argv = loopback_argv(binary, hca, options)
-    result = host.run(*argv, timeout=budget)
-    shorten_last_observation(host, LOOPBACK_SCRIPT, "<ib_write_bw server, then client to localhost>")
+    named = shown_with(argv, LOOPBACK_SCRIPT, "'<ib_write_bw server, then client to localhost>'")
+    result = host.run(*argv, timeout=budget, shown_as=named)
     shown = f"`{binary} -d {hca} {' '.join(options)}` (server and client to localhost)"
     if result.timed_out:
         return BwVerdict("error", f"{shown} did not finish within {result.duration_s:.0f} s; both were stopped")

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import CommandTimeout, HostError, NotRecorded
-from clustercheck.facts import shorten_last_observation
+from clustercheck.facts import shown_with
 from clustercheck.facts.infiniband import (
     Delta,
     Flaps,
@@ -215,8 +215,9 @@ def counters(
                 "left): raise the check's timeout or shorten sample_s",
             )
     script = gather_script(sample_s)
-    result = host.run("sh", "-c", script, timeout=host.command_timeout + sample_s)
-    shorten_last_observation(host, script, "<rdma counters gather script>")
+    argv = ("sh", "-c", script)
+    named = shown_with(argv, script, "'<rdma counters gather script>'")
+    result = host.run(*argv, timeout=host.command_timeout + sample_s, shown_as=named)
     if result.timed_out:
         raise CommandTimeout(host.name, f"reading the port counters did not finish within {result.duration_s:.1f} s")
     sections = split_sections(result.stdout)
