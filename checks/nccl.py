@@ -23,6 +23,14 @@ from typing import Any
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import HostError
+from clustercheck.facts.nccl_run import (
+    NCCL_TESTS_PACKAGE,
+    NcclRunError,
+    headline,
+    judge_run,
+    last_line,
+    run_argv,
+)
 
 # What `nccl.log` sends back of a file, section by section (see the module docstring).
 _SECTIONS = ("rare", "nogdr", "shm", "channels", "counts")
@@ -132,16 +140,9 @@ def _short(result: Any) -> str:
     return f"{result.argv[0]} exited {result.exit_code}: {detail[0][:200]}" if not result.timed_out else "timed out"
 
 
-def _headline(report: Any) -> str:
-    """The worst finding's message; for an ok report, every ok finding (network, GPUDirect RDMA)."""
-    status = report.status.value
-    same = [f.message for f in report.findings if f.status.value == status]
-    if status == "ok":
-        return "; ".join(same) or "no findings"
-    return str(same[0])
-
-
-@check(needs=["command sh", "command ls", "command grep", "command cut", "command awk"], timeout=60)
+@check(
+    needs=["command sh", "command ls", "command grep", "command cut", "command awk"], timeout=60, action="FIX_CONFIG"
+)
 def log(
     host: Host,
     *,
@@ -167,6 +168,9 @@ def log(
     libibverbs or the RDMA devices missing in the container, the network plugin failing to
     initialize, nvidia_peermem not loaded; `clustercheck nccl-log FILE` on a copy of the log
     shows every line it rests on.
+
+    Action: FIX_CONFIG (TCP fallback, the wrong HCA or network, GPUDirect RDMA off: the job's
+    environment or image); INVESTIGATE (transport errors: a port, cable or the fabric).
     """
     if expect not in ("", "ib", "roce", "ofi", "socket"):
         raise ValueError(f"expect must be one of ib, roce, ofi, socket (or empty), got {expect!r}")
@@ -238,19 +242,21 @@ def log(
     worst_path, worst_report = max(judged, key=lambda pr: ("ok", "warn", "fail").index(pr[1].status.value))
     status = worst_report.status.value
     others = len(judged) - 1
-    summary = f"{worst_path}: {_headline(worst_report)}"
+    summary = f"{worst_path}: {headline(worst_report)}"
     if others:
         counts = {s: sum(1 for _, r in judged if r.status.value == s) for s in ("fail", "warn", "ok")}
         summary += " (" + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" of {len(judged)} job logs)"
     remedy = next((f.remedy for f in worst_report.findings if f.status.value == status and f.remedy), "")
+    worst = [f.message for f in worst_report.findings if f.status.value == status]
+    action = "INVESTIGATE" if worst and all("transport error" in m for m in worst) else "FIX_CONFIG"
     if status == "fail":
-        return fail(summary, remedy=remedy, data=data, evidence=evidence)
+        return fail(summary, remedy=remedy, data={**data, "action": action}, evidence=evidence, action=action)
     if status == "warn":
-        return warn(summary, remedy=remedy, data=data, evidence=evidence)
+        return warn(summary, remedy=remedy, data={**data, "action": action}, evidence=evidence, action=action)
     return ok(summary, data=data, evidence=evidence)
 
 
-@check(needs=["command nvidia-smi", "command all_reduce_perf"], timeout=300)
+@check(needs=["command nvidia-smi", "command all_reduce_perf"], timeout=300, action="INVESTIGATE")
 def busbw(
     host: Host,
     *,
@@ -276,6 +282,10 @@ def busbw(
     Fix: compare with a healthy node of the same kind (`nvidia-smi topo -m`, `nvidia-smi nvlink
     -s`, the PCIe link width and speed in `nvidia-smi -q`), reseat or replace the part, and
     check NCCL_P2P_DISABLE/NCCL_P2P_LEVEL are not set on the node.
+
+    Action: INVESTIGATE (compare with a healthy node of the kind before replacing a part). A
+    failure that is only the bus bandwidth below `min_busbw` says `performance: true` in its data
+    (the sweep measures it once more before a drain); wrong results do not.
     """
     found = host.run("sh", "-c", 'command -v -- "$1"', "sh", binary)
     if found.exit_code != 0 or not found.stdout.strip():
@@ -302,6 +312,7 @@ def busbw(
             f"{shlex.join(run.argv)} exited {run.exit_code} without a result table: {detail[0]}"
         ) from None
     report = nccl_tests.judge(parsed, min_busbw=min_busbw)
+    thresholds = report.findings[len(parsed.findings) :]  # what judge() added: the busbw verdict
     peak = report.peak
     assert peak is not None
     data = {
@@ -316,6 +327,7 @@ def busbw(
     bad = [f for f in report.findings if f.status.value == "fail"]
     avg = f", avg {report.avg_busbw:g} GB/s" if report.avg_busbw is not None else ""
     if bad:
+        data["performance"] = all(f in thresholds for f in bad)  # a measurement below the threshold only
         return fail(
             "; ".join(f.message for f in bad) + f" ({n} GPUs{avg})",
             remedy="Compare `nvidia-smi topo -m` and `nvidia-smi nvlink -s` with a healthy node; check the PCIe "
@@ -332,34 +344,14 @@ def busbw(
 
 # -- nccl.loopback: all_reduce_perf on the node's GPUs, traffic forced through the NICs ------------
 
-#: The environment of each variant. `network`: P2P and SHM off, so every GPU pair's traffic goes
-#: out through a NIC and back (domain-facts §C.3: with SHM disabled "NCCL will use the network");
-#: NVLS off too, as NVLink SHARP would carry it through the NVSwitches. `nvlink`: P2P only over
-#: NVLink (NCCL_P2P_LEVEL=NVL), SHM off and IB off (NCCL_IB_DISABLE=1), so a pair without NVLink
-#: shows up as network (socket) channels instead of passing over PCIe or host memory unseen.
-LOOPBACK_ENV = {
-    "network": ("NCCL_P2P_DISABLE=1", "NCCL_SHM_DISABLE=1", "NCCL_NVLS_ENABLE=0"),
-    "nvlink": ("NCCL_P2P_LEVEL=NVL", "NCCL_SHM_DISABLE=1", "NCCL_IB_DISABLE=1"),
-}
-#: NCCL's default subsystems (INIT,BOOTSTRAP,ENV: domain-facts §C.3) and NET, for its GPUDirect RDMA lines per HCA.
-_DEBUG_ENV = ("NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,BOOTSTRAP,ENV,NET")
-NCCL_TESTS_PACKAGE = (
-    "nccl-tests (NVIDIA's nccl-tests: `make` in its source against the node's CUDA and NCCL, or the "
-    "image's /usr/local/bin/all_reduce_perf); set the check's `binary` to its path"
-)
-
-
-class LoopbackError(HostError):
-    """nccl.loopback's `error`: carries the remedy and data (with its action) into the result."""
-
-    def __init__(self, summary: str, remedy: str, data: dict[str, Any], evidence: list[str] | None = None) -> None:
-        super().__init__("", summary)
-        self.remedy, self.data, self.evidence = remedy, dict(data), tuple(evidence or ())
+#: The judge and the environment of each variant live in clustercheck.facts.nccl_run: the sweep's
+#: two-node form (nccl.pairs) judges its runs with the same function.
+LoopbackError = NcclRunError
 
 
 def _validate_loopback(params: Any, profiles: tuple[str, ...]) -> list[str]:
     problems = []
-    if params.get("variant") not in LOOPBACK_ENV:
+    if params.get("variant") not in ("network", "nvlink"):
         problems.append(f"variant must be network or nvlink, got {params.get('variant')!r}")
     if params.get("expect") not in ("", "ib", "roce", "ofi"):
         problems.append(f"expect must be ib, roce, ofi or empty (any RDMA network), got {params.get('expect')!r}")
@@ -374,10 +366,7 @@ def _validate_loopback(params: Any, profiles: tuple[str, ...]) -> list[str]:
     return problems
 
 
-def loopback_argv(variant: str, binary: str, gpus: int, min_bytes: str, max_bytes: str, factor: int) -> tuple[str, ...]:
-    """`env VARS... all_reduce_perf -b MIN -e MAX -f FACTOR -g GPUS` (the host API passes no environment)."""
-    sizes = ("-b", min_bytes, "-e", max_bytes, "-f", str(factor), "-g", str(gpus))
-    return ("env", *_DEBUG_ENV, *LOOPBACK_ENV[variant], binary, *sizes)
+loopback_argv = run_argv
 
 
 @check(
@@ -425,6 +414,10 @@ def loopback(
     Fix: sockets: expose /dev/infiniband and the verbs libraries to the job's container (the
     finding names the cause NCCL printed); no GPUDirect RDMA: load nvidia_peermem (or use DMA-BUF);
     transport errors: the HCA's port counters and cable; low busbw: `rdma.bandwidth` per HCA.
+
+    Action: FIX_CONFIG (TCP sockets, the wrong network, GPUDirect RDMA off); INVESTIGATE (transport
+    errors, wrong results, bus bandwidth below `min_busbw`: that failure alone says `performance:
+    true` in its data, so the sweep measures it once more before a drain).
     """
     data: dict[str, Any] = {"variant": variant, "action": None}
     n = gpus
@@ -456,7 +449,7 @@ def loopback(
         )
     if run.exit_code == 127 and "NCCL" not in run.stdout:
         raise LoopbackError(
-            f"{binary} is not installed on {host.name} ({_last_line(run.stderr) or 'not found'})",
+            f"{binary} is not installed on {host.name} ({last_line(run.stderr) or 'not found'})",
             f"install {NCCL_TESTS_PACKAGE}",
             {**data, "action": "FIX_CONFIG"},
         )
@@ -473,151 +466,4 @@ def loopback(
     )
 
 
-def judge_loopback(
-    stdout: str,
-    stderr: str,
-    exit_code: int | None,
-    *,
-    variant: str,
-    expect: str,
-    require_gdr: bool,
-    min_busbw: float,
-    binary: str,
-    data: dict[str, Any],
-) -> Result:
-    """What all_reduce_perf printed -> nccl.loopback's verdict (pure: the tests call it on cut
-    and garbage outputs too); LoopbackError for an `error`."""
-    from clustercheck.analyzers import nccl_tests
-    from clustercheck.analyzers.nccl_log import analyze_text
-
-    n = data.get("gpus", 0)
-    data = dict(data)
-    log = analyze_text(stdout + "\n" + stderr, "all_reduce_perf", expect=expect or None, expect_gdr=require_gdr)
-    data["log"] = {
-        k: v
-        for k, v in log.to_json().items()
-        if k in ("nccl_version", "network", "link_layer", "gpudirect_rdma", "net_channels", "intra_node", "error_count")
-    }
-    evidence = [f"NCCL log: {f.status.value}: {f.message}" for f in log.findings]
-    problems = _loopback_problems(log, variant, expect, require_gdr)  # (fail?, message, action)
-    try:
-        parsed = nccl_tests.parse(stdout, binary)
-        table = nccl_tests.judge(parsed, min_busbw=min_busbw)
-    except nccl_tests.NotATable:
-        table = None
-    if table is not None:
-        evidence += [f"nccl-tests: {f.status.value}: {f.message}" for f in table.findings]
-        peak = table.peak
-        data["peak_busbw"] = peak.busbw if peak is not None else None
-        data["avg_busbw"] = table.avg_busbw
-        for f in table.findings:
-            if f.status.value == "fail":
-                problems.append((True, f"{f.message} ({n} GPUs, {variant} loopback)", "INVESTIGATE"))
-    fails = [(m, a) for is_fail, m, a in problems if is_fail]
-    errors = [m for is_fail, m, _ in problems if not is_fail]
-    if fails:
-        action = next(a for a in ("FIX_CONFIG", "CHECK_CABLE", "INVESTIGATE") if any(x == a for _, x in fails))
-        return fail(
-            "; ".join(m for m, _ in fails),
-            remedy=_loopback_remedy(log, action),
-            data={**data, "action": action},
-            evidence=evidence,
-            action=action,
-        )
-    if table is not None and table.peak is None:
-        errors.append("the result table has no row with a bus bandwidth")
-    elif table is not None and table.avg_busbw is None:
-        errors.append(
-            "the result table has no closing '# Avg bus bandwidth' line: all_reduce_perf stopped or its output was cut"
-        )
-    if table is None:
-        errors.append(
-            f"`{binary}` exited {exit_code} without a result table"
-            + (f": {_last_line(stderr or stdout)}" if (stderr or stdout).strip() else "")
-        )
-    if not errors and exit_code != 0:
-        errors.append(f"`{binary}` exited {exit_code} although its log and table passed")
-    if errors:
-        raise LoopbackError(
-            "cannot tell: " + "; ".join(errors),
-            "run the command on the node by hand and read NCCL's log (`clustercheck nccl-log` on its output)",
-            data,
-            evidence,
-        )
-    peak = table.peak if table is not None else None
-    if peak is None:  # not reached: no table, or no peak, is an error above
-        raise LoopbackError("cannot tell: no bus bandwidth", "run the command by hand", data, evidence)
-    what = "over NVLink P2P" if variant == "nvlink" else f"through the NICs ({_headline(log)})"
-    return ok(
-        f"{n} GPUs {what}; peak bus bandwidth {peak.busbw:.1f} GB/s (at least {min_busbw:g})",
-        data=data,
-        evidence=evidence,
-    )
-
-
-def _loopback_problems(log: Any, variant: str, expect: str, require_gdr: bool) -> list[tuple[bool, str, str]]:
-    """What the NCCL log shows against the variant: (a failure, else cannot tell), message, action."""
-    out: list[tuple[bool, str, str]] = []
-    if not log.nccl_lines:
-        return [(False, "the output has no NCCL INFO lines (NCCL_DEBUG=INFO was not honoured?)", "")]
-    if log.error_count:
-        first = next((f.message for f in log.findings if "transport error" in f.message), "transport errors")
-        out.append((True, first, "INVESTIGATE"))
-    channels = dict(log.intra_node)
-    if variant == "nvlink":
-        if log.net_channels:
-            out.append(
-                (
-                    True,
-                    f"{log.net_channels} channel(s) went over the network ({log.network or 'NET'}) instead of NVLink: "
-                    "a GPU pair has no NVLink P2P",
-                    "INVESTIGATE",
-                )
-            )
-        off = {k: v for k, v in channels.items() if not k.startswith("P2P")}
-        if off:
-            shown = ", ".join(f"{k} ({v})" for k, v in off.items())
-            out.append((True, f"channels not over NVLink P2P: {shown}", "INVESTIGATE"))
-        if not log.net_channels and not any(k.startswith("P2P") for k in channels):
-            out.append((False, "the log shows no P2P channel lines: cannot tell that NVLink carried the traffic", ""))
-        return out
-    socket = log.network == "socket" or any(h.get("network") == "socket" for h in log.hosts.values())
-    if socket:
-        cause = next((f.message for f in log.findings if f.status.value != "ok" and "socket" in f.message.lower()), "")
-        out.append(
-            (True, "NCCL fell back to TCP sockets: " + (cause or "it selected the Socket network"), "FIX_CONFIG")
-        )
-        return out
-    if log.network is None:
-        out.append((False, "the log shows no network selection ('Using network ...', NET/... lines)", ""))
-        return out
-    for f in log.findings:
-        if f.status.value == "fail" and "transport error" not in f.message:
-            action = "FIX_CONFIG"
-            out.append((True, f.message, action))
-    inside = {k: v for k, v in channels.items() if k.startswith(("P2P", "SHM"))}
-    if inside and not log.net_channels:  # beside network channels, the NICs are proven all the same
-        shown = ", ".join(f"{v} channel(s) over {k}" for k, v in inside.items())
-        out.append((False, f"{shown}: this traffic did not go through the NICs (P2P/SHM not disabled?)", ""))
-    if not log.net_channels:
-        out.append(
-            (False, "the log shows no network channel ('via NET/...'): cannot tell the traffic left the node", "")
-        )
-    return out
-
-
-def _loopback_remedy(log: Any, action: str) -> str:
-    fixes = [f.remedy for f in log.findings if f.status.value == "fail" and f.remedy]
-    if action == "FIX_CONFIG" and fixes:
-        return str(fixes[0])
-    if action == "FIX_CONFIG":
-        return "expose /dev/infiniband and the verbs libraries to the container, and unset NCCL_IB_DISABLE/NCCL_NET"
-    return (
-        "run rdma.bandwidth to find the HCA port that is slow or failing, check its counters (`perfquery`) and "
-        "cable; for NVLink, `nvidia-smi nvlink -s`"
-    )
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:200] if lines else ""
+judge_loopback = judge_run

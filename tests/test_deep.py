@@ -785,3 +785,62 @@ def test_record_with_a_standin_gives_a_fixture_of_the_real_output(tmp_path: Path
     assert stdout.read_bytes() == A6000.read_bytes()
     replay = cli("run", "--replay", out, "--profile", profile)
     assert replay.returncode == 2 and "GPU 0 -> GPU 5" in replay.stdout
+
+
+# -- performance: true marks a measurement below a threshold (the sweep's second pass), nothing else --
+
+SUPERBENCH_ALLREDUCE = CORPUS / "nccl_tests" / "superbench-allreduce_perf-8xA100.txt"
+
+
+def _sub(tmp_path: Path, name: str) -> Path:
+    (tmp_path / name).mkdir()
+    return tmp_path / name
+
+
+def test_a_busbw_below_the_threshold_is_a_performance_failure_a_socket_fallback_is_not(tmp_path: Path) -> None:
+    bin_dir = standin(tmp_path, "all_reduce_perf", f"cat '{EFA_GDR}'\n")
+    _, check = run_local(tmp_path, {"nccl.loopback": {**LOOP, "min_busbw": 60}}, bin_dir)  # 43.8 GB/s peak
+    assert (check["status"], check["action"], check["data"]["performance"]) == ("fail", "INVESTIGATE", True), check
+    socket = standin(_sub(tmp_path, "socket"), "all_reduce_perf", f"cat '{SOCKET}'\n")
+    _, check = run_local(tmp_path, {"nccl.loopback": {**LOOP, "min_busbw": 60}}, socket)
+    assert (check["status"], check["data"]["performance"]) == ("fail", False), check
+    # nccl.busbw: the same rule; its action is INVESTIGATE
+    bin_dir = standin(_sub(tmp_path, "busbw"), "all_reduce_perf", f"cat '{SUPERBENCH_ALLREDUCE}'\n")
+    _, check = run_local(tmp_path, {"nccl.busbw": {"min_busbw": 500, "gpus": 8}}, bin_dir)
+    assert (check["status"], check["action"], check["data"]["performance"]) == ("fail", "INVESTIGATE", True), check
+    _, check = run_local(tmp_path, {"nccl.busbw": {"min_busbw": 10, "gpus": 8}}, bin_dir)
+    assert check["status"] == "ok" and "performance" not in check["data"], check
+
+
+def test_a_slow_port_or_copy_is_a_performance_failure_a_port_down_is_not(tmp_path: Path) -> None:
+    bin_dir = _perftest_standin(tmp_path, HDR8M, tmp_path / "server.pid")
+    _, check = run_local(tmp_path, {"rdma.bandwidth": RDMA}, bin_dir)
+    assert (check["status"], check["data"]["performance"]) == ("fail", True), check
+    check = _replay_edited(tmp_path / "down", "1: DOWN", "400 Gb/sec (4X NDR)", {"devices": ["mlx5_0"]})
+    assert (check["status"], check["data"]["performance"]) == ("fail", False), check
+    check = _replay_edited(tmp_path / "trained", "4: ACTIVE", "200 Gb/sec (4X HDR)", RDMA)
+    assert (check["status"], check["data"]["performance"]) == ("fail", False), check
+    bin_dir = standin(_sub(tmp_path, "nvb"), "nvbandwidth", f"cat '{A6000}'\n")
+    d2d = {"gpu.bandwidth": {**GPU, "min_d2d": 25, "tests": ["device_to_device_memcpy_read_ce"]}}
+    _, check = run_local(tmp_path, d2d, bin_dir)
+    assert (check["status"], check["data"]["performance"]) == ("fail", True), check
+    # garbage is an error, never a measurement
+    bin_dir = standin(_sub(tmp_path, "nvb-assert"), "nvbandwidth", f"cat '{ASSERT}'\n")
+    _, check = run_local(tmp_path, {"gpu.bandwidth": GPU}, bin_dir)
+    assert check["status"] == "error" and check["data"].get("performance") is None, check
+
+
+@pytest.mark.parametrize(
+    ("log", "status", "action"),
+    [
+        ("issue-nccl-tests-188-ib-disabled-socket-2node-init-EXCERPT.txt", "warn", "FIX_CONFIG"),  # TCP sockets
+        ("cybertronai-nccl2.4.6-efa-2node-v100-allreduce.txt", "fail", "FIX_CONFIG"),  # no GPUDirect RDMA
+        ("slurmv4-roce-completion-error-vendor-err-81-node1.txt", "fail", "INVESTIGATE"),  # a transport error
+    ],
+)
+def test_nccl_log_names_its_action(tmp_path: Path, log: str, status: str, action: str) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "job.out").write_bytes((LOGS / log).read_bytes())
+    _, check = run_local(tmp_path, {"nccl.log": {"paths": [f"{logs}/*.out"], "expect_gdr": True}}, None)
+    assert (check["status"], check["action"]) == (status, action), check

@@ -104,6 +104,10 @@ def bandwidth(
     against max) with a healthy node and reseat the GPU or riser; for a slow pair, `nvidia-smi
     nvlink -s` and `nvidia-smi topo -m`; rerun once, and a GPU slow again is a hardware case
     (action REPLACE_HW).
+
+    Action: REPLACE_HW (a GPU or pair slow again after a rerun); INVESTIGATE (an ASSERT, or pairs
+    not measured). A slow copy says `performance: true` in its data: the sweep measures it once
+    more before a drain; an ASSERT, a cut or garbage output is an error, not a measurement.
     """
     from clustercheck.facts.nvbandwidth import PACKAGE, NvbParseError, parse_nvbandwidth
 
@@ -227,7 +231,7 @@ def judge(
             f"slow copies: {named}{more}",
             remedy="compare `nvidia-smi -q` (PCIe Link Width/Generation) and `nvidia-smi nvlink -s` with a healthy "
             "node, reseat the GPU or riser, rerun once; slow again means replace the part",
-            data={**data, "action": "REPLACE_HW"},
+            data={**data, "action": "REPLACE_HW", "performance": True},  # measured below the thresholds
             evidence=evidence,
         )
     if not measured:

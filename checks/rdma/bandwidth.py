@@ -113,6 +113,11 @@ def bandwidth(
     (CHECK_CABLE; `mlxlink -d HCA` shows the link's errors and width), check the NIC's PCIe link.
     Slow only from GPU memory: the GPU and the NIC are far apart (`nvidia-smi topo -m`: SYS) or
     GPUDirect RDMA is off (nvidia_peermem): pair each HCA with its nearest GPU.
+
+    Action: CHECK_CABLE (slow from host memory, a port DOWN or trained below the expected rate);
+    INVESTIGATE (a port INIT/ARMED: no subnet manager); FIX_CONFIG (slow only from GPU memory). A
+    failure whose every part is a run below the threshold says `performance: true` in its data
+    (the sweep measures it once more before a drain); a port down or trained down does not.
     """
     from clustercheck.facts.perftest import bw_argv
 
@@ -123,6 +128,7 @@ def bandwidth(
         hca, _, index = pair.partition(":")
         gpus.setdefault(hca, []).append(int(index))
     fails: list[tuple[str, str]] = []  # (label, action)
+    measured: list[str] = []  # the fails that are a run below the threshold (not a port down or trained down)
     errors: list[str] = []
     evidence: list[str] = []
     for hca, (state, rate) in ports.items():
@@ -149,6 +155,7 @@ def bandwidth(
             evidence.append(f"{where}: {verdict.status}: {verdict.message}")
             if verdict.status == "fail":
                 fails.append((f"{where}: {verdict.message}", "CHECK_CABLE" if gpu is None else "FIX_CONFIG"))
+                measured.append(fails[-1][0])
             elif verdict.status == "error":
                 errors.append(f"{where}: {verdict.message}")
     if fails:
@@ -165,7 +172,8 @@ def bandwidth(
         return fail(
             "; ".join(text for text, _ in fails) + also,
             remedy=remedy,
-            data={**data, "action": action},
+            # measured slow and nothing else: the sweep measures it once more before a drain
+            data={**data, "action": action, "performance": len(measured) == len(fails)},
             evidence=evidence,
             action=action,
         )
