@@ -183,6 +183,47 @@ def test_json_does_not_import_rich() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def test_the_formats_package_has_no_import_cycle() -> None:
+    """An AST graph of src/clustercheck/formats (imports inside functions too): the registry
+    imports its formats, a format imports the shared helpers of formats/text.py, and nothing
+    leads back (table.py and junit.py once imported escape_controls from the package)."""
+    import ast
+
+    folder = Path(clustercheck.formats.__file__).parent
+    package = "clustercheck.formats"
+    modules = {p.stem: p for p in folder.glob("*.py")}
+    name_of = {stem: package if stem == "__init__" else f"{package}.{stem}" for stem in modules}
+    graph: dict[str, set[str]] = {}
+    for stem, path in modules.items():
+        edges = graph.setdefault(name_of[stem], set())
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                # `from clustercheck.formats import table` names the submodule, `... import X` the package
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in name_of.values() else node.module
+                    for a in node.names
+                ]
+            edges |= {t for t in targets if t == package or t.startswith(package + ".")}
+    assert graph[package] >= {f"{package}.text", f"{package}.table"}  # the lazy import is seen
+
+    def cycle_from(start: str, path: list[str]) -> list[str] | None:
+        for nxt in sorted(graph.get(path[-1], ())):
+            if nxt == start:
+                return [*path, nxt]
+            if nxt not in path:
+                found = cycle_from(start, [*path, nxt])
+                if found:
+                    return found
+        return None
+
+    cycles = [c for m in sorted(graph) if (c := cycle_from(m, [m]))]
+    assert cycles == [], " -> ".join(cycles[0])
+    assert clustercheck.formats.escape_controls is escape_controls  # still exported by the package
+
+
 def test_escape_controls() -> None:
     assert escape_controls("a\x1b[0mb\x00\r\x7f\x9b") == "a\\x1b[0mb\\x00\\x0d\\x7f\\x9b"
     assert escape_controls("tab\tnew\nline Grüße ✓") == "tab\tnew\nline Grüße ✓"

@@ -27,7 +27,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import TextIO
 
-from clustercheck.formats import escape_controls
+from clustercheck.formats.text import escape_controls
 from clustercheck.result import CheckResult, HostReport, Report, Status
 
 __all__ = ["render"]

@@ -23,7 +23,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from clustercheck.formats import escape_controls
+from clustercheck.formats.text import escape_controls
 from clustercheck.result import ACTIONS, CheckResult, HostReport, Report, Status
 
 __all__ = ["STATUS_STYLES", "render"]
