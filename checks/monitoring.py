@@ -5,7 +5,7 @@ is complete (a series for every GPU the node has, matched by UUID, with the fiel
 profile requires) and fresh (a counter advances between scrapes). `monitoring.hostengine`
 checks the standalone DCGM host engine (nv-hostengine) runs and listens.
 
-Reads: the `nvml` probe (the GPUs' indexes and UUIDs), `ps -e -ww -o comm= -o args=`
+Reads: the `nvml` probe's record (facts.gpu: the GPUs' indexes and UUIDs), `ps -e -ww -o comm= -o args=`
 (the same listing node.services reads), `systemctl is-active UNIT` (only for a daemon that
 is not running, to say why), /proc/net/tcp and /proc/net/tcp6. Fetches the exporter's
 page ON THE NODE with the first of `curl`, `wget`, `python3` it has (the endpoint is
@@ -24,11 +24,15 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clustercheck import Host, Result, check, fact, fail, ok, skip
+from clustercheck import Host, Result, check, fail, ok, skip
 from clustercheck.errors import HostError
+from clustercheck.facts.gpu import gpus
 from clustercheck.facts.processes import process_names, processes
+
+if TYPE_CHECKING:
+    from clustercheck.probes.nvml import GpuRecord
 
 #: (index, UUID) of one GPU, as NVML and nvidia-smi number and name it.
 GpuId = tuple[int, str]
@@ -36,30 +40,23 @@ GpuId = tuple[int, str]
 # -- facts: the node's GPUs and processes --------------------------------------------------
 
 
-def gpus_from_record(record: object) -> list[GpuId]:
-    """The `nvml` probe's record -> [(index, UUID)] of the GPUs the exporter must cover.
+def gpu_ids(record: GpuRecord) -> list[GpuId]:
+    """The node's GPU record (facts.gpu) -> [(index, UUID)] of the GPUs the exporter must cover.
 
     A GPU NVML could not query (lost, no UUID) is left out: DCGM cannot see it either, and
     the GPU checks report it. A record that lists no GPU because of an error (no driver,
     NVML failing) raises ValueError with the probe's reason: the check cannot tell.
     """
-    if not isinstance(record, dict) or not isinstance(record.get("gpus"), list):
-        raise ValueError("the nvml probe record has no `gpus` list")
-    gpus = []
-    for gpu in record["gpus"]:
-        if isinstance(gpu, dict) and isinstance(gpu.get("index"), int) and isinstance(gpu.get("uuid"), str):
-            gpus.append((gpu["index"], gpu["uuid"]))
-    if not record["gpus"] and record.get("error"):
-        raise ValueError(f"the node's GPUs could not be listed: {record['error']}")
-    return gpus
+    if not record.gpus and record.error:
+        raise ValueError(f"the node's GPUs could not be listed: {record.error}")
+    return [(gpu.index, gpu.uuid) for gpu in record.gpus if gpu.uuid]
 
 
-@fact
 def node_gpus(host: Host) -> list[GpuId]:
-    """The node's GPUs as (index, UUID), from the nvml probe: what the exporter must cover."""
+    """The node's GPUs as (index, UUID), from the nvml probe's record: what the exporter must cover."""
     try:
-        return gpus_from_record(host.probe("nvml"))
-    except ValueError as exc:
+        return gpu_ids(gpus(host))
+    except ValueError as exc:  # the record is malformed, or says why it lists no GPU
         raise HostError(host.name, str(exc)) from None
 
 

@@ -43,6 +43,7 @@ from tests.sshd import SSHServer
 
 from clustercheck import Host
 from clustercheck import profile as profiles
+from clustercheck.probes.nvml import GpuRecord
 from clustercheck.result import CheckResult
 from clustercheck.runner import run_checks
 from clustercheck.transports import local as local_transport
@@ -137,16 +138,37 @@ def test_map_series_counts_mig_instances_for_their_gpu() -> None:
 
 
 def test_gpus_from_the_nvml_record() -> None:
-    record = {
-        "error": None,
-        "gpus": [{"index": 0, "uuid": "GPU-a"}, {"index": 1, "uuid": None, "error": "GPU is lost"}],
-    }
-    assert mon.gpus_from_record(record) == [(0, "GPU-a")]  # a lost GPU is the GPU checks' finding
-    assert mon.gpus_from_record({"error": None, "gpus": []}) == []
+    record = GpuRecord.from_json(
+        {"error": None, "gpus": [{"index": 0, "uuid": "GPU-a"}, {"index": 1, "uuid": None, "error": "GPU is lost"}]}
+    )
+    assert mon.gpu_ids(record) == [(0, "GPU-a")]  # a lost GPU is the GPU checks' finding
+    assert mon.gpu_ids(GpuRecord.from_json({"error": None, "gpus": []})) == []
     with pytest.raises(ValueError, match="could not be listed: NVML library not found"):
-        mon.gpus_from_record({"error": "NVML library not found", "gpus": []})
-    with pytest.raises(ValueError, match="no `gpus` list"):
-        mon.gpus_from_record(["not", "a", "record"])
+        mon.gpu_ids(GpuRecord.from_json({"error": "NVML library not found", "gpus": []}))
+
+
+def test_node_gpus_reads_the_gpu_fact_of_the_recorded_node(tmp_path: Path) -> None:
+    """The exporter's GPUs come from facts.gpu (the nvml probe's record, validated), the one
+    reading the GPU checks share: one probe per host per run. A record that is no record, or
+    that says why it lists no GPU, is an error naming it, never an empty node."""
+    import shutil
+
+    from clustercheck.errors import HostError
+    from clustercheck.facts.gpu import gpus
+
+    host = Host(ReplayTransport(Fixture.load(FIXTURES / "monitoring-healthy")))
+    assert mon.node_gpus(host) == GPUS
+    assert [(g.index, g.uuid) for g in gpus(host).gpus] == GPUS
+    assert host.observations == ["probe nvml"]  # both read the one fact
+    for record, said in (
+        (["not", "a", "record"], "the nvml probe record is not a JSON object"),
+        ({"error": "NVML library not found", "gpus": []}, "could not be listed: NVML library not found"),
+    ):
+        copy = tmp_path / f"fx{len(said)}"
+        shutil.copytree(FIXTURES / "monitoring-healthy", copy)
+        (copy / "probes" / "nvml.json").write_text(json.dumps(record))
+        with pytest.raises(HostError, match=said):
+            mon.node_gpus(Host(ReplayTransport(Fixture.load(copy))))
 
 
 _NAME = st.from_regex(r"[a-zA-Z_:][a-zA-Z0-9_:]{0,20}", fullmatch=True)
