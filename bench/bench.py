@@ -9,8 +9,18 @@ Runs N rounds (default 15); each round runs, one after the other and in a rotati
   prolog             `<venv>/bin/clustercheck prolog --state-file TMP --syslog-socket ''`
                      (the Slurm prolog mode: the same profile, plus the job environment, the
                      watchdog and the state file; no syslog, so a benchmark does not flood it)
+  prolog-replay      `clustercheck prolog --replay fixtures/prolog-gpu/driver-gone ...`: the GPU
+                     prolog judging a recorded GPU node (its files, commands and NVML record
+                     replayed: no NVML start-up, which is reported apart)
+  prolog-cpu         `clustercheck prolog --profile prolog-cpu ...`: the CPU node's prolog, live
   nhc                `$NHC -a -c $NHC_CONF -l LOG -t 10 MARK_OFFLINE=0 OFFLINE_NODE=: ONLINE_NODE=:`
-                     (only when $NHC is set)
+                     (only when $NHC is set): bench/nhc.conf, the GPU prolog's checks said the
+                     NHC way
+  nhc-cpu            the same with $NHC_CPU_CONF (default bench/nhc-cpu.conf): the CPU prolog's
+  nvml, nvidia-smi   only where this machine has an NVIDIA driver (/proc/driver/nvidia):
+                     `python -c "from clustercheck.probes import nvml; nvml.local()"` beside the
+                     same import alone (NVML's own start-up: pynvml, nvmlInit, the record,
+                     nvmlShutdown), and `nvidia-smi -L` (what each nvidia-smi line of NHC starts)
   pyz-prolog         `python3 clustercheck.pyz prolog ...`: the single file (tools/build_pyz.py,
                      built from this checkout) run by a venv with no packages (a node's own
                      python3), its cache unpacked; `pyz-pass` is that python's `-c pass`
@@ -26,11 +36,12 @@ so only figures from the same run are compared.
 Environment:
   NHC        path of an `nhc` executable; unset: NHC is reported as not installed here
   NHC_CONF   its config (default: bench/nhc.conf beside this script)
+  NHC_CPU_CONF  the CPU prolog's config (default: bench/nhc-cpu.conf)
   NHC_ARGS   extra arguments for nhc (shell words), e.g. "-D /opt/nhc/etc"
   NHC's own NHC_CFG_* variables (e.g. NHC_CFG_PREFIX) pass through to it.
 
 Always exits 0 once it has measured, target met or not; it prints whether the target
-(each clustercheck prolog-path median <= NHC median) held. Exits 2 when it cannot run at all.
+(each clustercheck prolog-path median <= the median of NHC on the same checks) held. Exits 2 when it cannot run at all.
 """
 
 from __future__ import annotations
@@ -186,6 +197,58 @@ def bash_version() -> str:
         return "not found"
 
 
+REPLAY = "fixtures/prolog-gpu/driver-gone"  # a recorded GPU node (its driver gone), the GPU prolog's own fixture
+CPU_PROFILE = "prolog-cpu"
+
+
+def uptime_text() -> str:
+    """The load averages (1/5/15 min) as `uptime` shows them: the CPUs here are shared."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def nhc_subject(key: str, label: str, nhc_path: str, conf: str, log: Path, env: dict[str, str]) -> Subject:
+    nhc_env = dict(env)
+    nhc_env.setdefault("NHC_BENCH_THREADS", str(os.cpu_count() or 1))
+    # never mark the node offline/online through the resource manager from a benchmark: NHC's own
+    # variables, as `VAR=value` arguments (every NHC version takes them; 1.5 has no -r)
+    # -a: run every check line, as clustercheck runs every check (without it NHC stops at the first
+    # failure, here the modules line on a VM without /proc/modules, and times fewer checks)
+    argv = [nhc_path, "-a", "-c", conf, "-l", str(log), "-t", "10"]
+    argv += shlex.split(os.environ.get("NHC_ARGS", ""))  # options first: getopts stops at VAR=value
+    argv += ["MARK_OFFLINE=0", "OFFLINE_NODE=:", "ONLINE_NODE=:"]
+    return Subject(key, f"{label}: nhc {nhc_version(nhc_path)} ({Path(conf).name})", argv, nhc_env)
+
+
+def nhc_broken(log: Path, codes: list[int]) -> str:
+    """Why an NHC row did not run its checks (its scripts not found, ...), or '' when it did."""
+    logged = log.read_text(errors="replace").splitlines() if log.exists() else []
+    # its scripts not loaded (wrong -D): no checks ran, exit 0; with -a the exit code is the number
+    # of failed checks, so a non-zero code counts only with "Health check failed" in its log
+    broken = [ln.strip() for ln in logged if re.search(r"\b(nhc_\w+|check_\w+): command not found", ln)]
+    judged = any("Health check failed" in ln for ln in logged)
+    if codes and (broken or (set(codes) - {0} and not judged)):
+        said = broken[:1]
+        return f"exited {','.join(map(str, codes))} but did not run its checks" + (
+            f" ({said[0][:120]}; NHC_ARGS='-D PREFIX/etc/nhc' names its scripts)" if said else ""
+        )
+    return ""
+
+
+def state_note(state_file: Path) -> str:
+    """A prolog row's warm-up verdict, from its state file."""
+    try:
+        state = json.loads(state_file.read_text())
+        note = f"verdict {state['verdict']} (exit {state['exit_code']}), " + ", ".join(
+            f"{c['id']}={c['status']}" for c in state["checks"]
+        )
+        if state["verdict"] == "internal-error":
+            note += f"; internal error: {state.get('error')}: figures are meaningless"
+        return note
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"no readable state file ({type(exc).__name__}); figures are suspect"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", "-n", type=int, default=15, help="measured rounds (default 15)")
@@ -205,10 +268,20 @@ def main() -> int:
     if not console.exists():
         print(f"bench: {console} not found: install the package into this venv (make venv)", file=sys.stderr)
         return 2
+    replay = HERE.parent / REPLAY
+    if not (replay / "fixture.yaml").is_file():
+        print(f"bench: {replay}/fixture.yaml not found: run from a checkout of clustercheck", file=sys.stderr)
+        return 2
 
     # Children write bytecode like an installed package has it (pip compiles at install time);
     # a sandbox's PYTHONDONTWRITEBYTECODE=1 would make every run recompile clustercheck's modules.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    tmp = tempfile.TemporaryDirectory(prefix="clustercheck-bench-")
+    states = {key: Path(tmp.name) / f"{key}-state.json" for key in ("prolog", "prolog-replay", "prolog-cpu")}
+
+    def prolog(key: str, *extra: str) -> list[str]:
+        return [str(console), "prolog", *extra, "--state-file", str(states[key]), "--syslog-socket", ""]
+
     subjects = [
         Subject("pass", "python -c pass", [python, "-c", "pass"], env),
         Subject("import", "python -c 'import clustercheck'", [python, "-c", "import clustercheck"], env),
@@ -218,41 +291,55 @@ def main() -> int:
             [str(console), "run", "--local", "--profile", PROFILE, "--format", "json"],
             env,
         ),
-    ]
-    tmp = tempfile.TemporaryDirectory(prefix="clustercheck-bench-")
-    state_file = Path(tmp.name) / "prolog-state.json"
-    subjects.append(
+        Subject("prolog", f"clustercheck prolog (profile {PROFILE}; state file, no syslog)", prolog("prolog"), env),
         Subject(
-            "prolog",
-            f"clustercheck prolog (profile {PROFILE}; state file, no syslog)",
-            [str(console), "prolog", "--state-file", str(state_file), "--syslog-socket", ""],
+            "prolog-replay",
+            f"clustercheck prolog --replay {REPLAY} (profile {PROFILE}, a recorded GPU node)",
+            prolog("prolog-replay", "--replay", str(replay)),
             env,
-        )
-    )
+        ),
+        Subject(
+            "prolog-cpu",
+            f"clustercheck prolog --profile {CPU_PROFILE} (this node)",
+            prolog("prolog-cpu", "--profile", CPU_PROFILE),
+            env,
+        ),
+    ]
     # ordinary keys: the single file's rows have their own state file
     subjects += single_file(
         tmp.name, env, ["prolog", "--state-file", str(Path(tmp.name) / "pyz-state.json"), "--syslog-socket", ""]
     )
+    # NVML's own start-up, apart: only where there is a driver to start (a GPU node)
+    nvml_state = ""
+    if os.path.exists("/proc/driver/nvidia"):
+        probe = "from clustercheck.probes import nvml"
+        subjects.append(Subject("nvml-import", f"python -c '{probe}'", [python, "-c", probe], env))
+        started = probe + "; nvml.local()"
+        subjects.append(Subject("nvml", f"python -c '{started}'", [python, "-c", started], env))
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            subjects.append(Subject("nvidia-smi", "nvidia-smi -L", [smi, "-L"], env))
+    else:
+        nvml_state = (
+            "not measured: this machine has no NVIDIA driver (no /proc/driver/nvidia); "
+            "run bench/bench.py on a GPU node to add it"
+        )
     nhc_path = os.environ.get("NHC", "")
     nhc_conf = os.environ.get("NHC_CONF", str(HERE / "nhc.conf"))
+    nhc_cpu_conf = os.environ.get("NHC_CPU_CONF", str(HERE / "nhc-cpu.conf"))
+    nhc_logs = {"nhc": Path(tmp.name) / "nhc.log", "nhc-cpu": Path(tmp.name) / "nhc-cpu.log"}
     nhc_state = "not installed here (set NHC to an nhc executable)"
     if nhc_path:
         if not (os.path.isfile(nhc_path) and os.access(nhc_path, os.X_OK)):
             nhc_state = f"NHC={nhc_path} is not an executable file"
         else:
-            nhc_env = dict(env)
-            nhc_env.setdefault("NHC_BENCH_THREADS", str(os.cpu_count() or 1))
-            # never mark the node offline/online through the resource manager from a benchmark: NHC's
-            # own variables, as `VAR=value` arguments (every NHC version takes them; 1.5 has no -r)
-            # -a: run every check line, as clustercheck runs every check (without it NHC stops at the
-            # first failure, here the modules line on a VM without /proc/modules, and times fewer checks)
-            argv = [nhc_path, "-a", "-c", nhc_conf, "-l", str(Path(tmp.name) / "nhc.log"), "-t", "10"]
-            argv += shlex.split(os.environ.get("NHC_ARGS", ""))  # options first: getopts stops at VAR=value
-            argv += ["MARK_OFFLINE=0", "OFFLINE_NODE=:", "ONLINE_NODE=:"]
-            subjects.append(Subject("nhc", f"nhc {nhc_version(nhc_path)} ({Path(nhc_conf).name})", argv, nhc_env))
+            subjects.append(nhc_subject("nhc", "GPU prolog's checks", nhc_path, nhc_conf, nhc_logs["nhc"], env))
+            subjects.append(
+                nhc_subject("nhc-cpu", "CPU prolog's checks", nhc_path, nhc_cpu_conf, nhc_logs["nhc-cpu"], env)
+            )
             nhc_state = ""
 
-    load_before = os.getloadavg()[0]
+    load_before = uptime_text()
     # Warm-up: fills the page cache and bytecode caches; its output is checked, its times dropped.
     for _ in range(args.warmup):
         for s in subjects:
@@ -268,19 +355,11 @@ def main() -> int:
             cc.note = f"{len(checks)} checks: " + ", ".join(f"{c['id']}={c['status']}" for c in checks)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             cc.note = f"its output is not a clustercheck JSON report ({type(exc).__name__}); figures are suspect"
+        for s in subjects:
+            if s.key in states:
+                s.note = state_note(states[s.key])
     if any(rc not in (0, 1, 2, 3) for rc in cc.exit_codes):
         cc.note += f"; exit codes {sorted(cc.exit_codes)}: the run failed, figures are meaningless"
-    pro = next(s for s in subjects if s.key == "prolog")
-    if args.warmup:
-        try:
-            state = json.loads(state_file.read_text())
-            pro.note = f"verdict {state['verdict']} (exit {state['exit_code']}), " + ", ".join(
-                f"{c['id']}={c['status']}" for c in state["checks"]
-            )
-            if state["verdict"] == "internal-error":
-                pro.note += f"; internal error: {state.get('error')}: figures are meaningless"
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            pro.note = f"no readable state file ({type(exc).__name__}); figures are suspect"
 
     for r in range(args.rounds):
         order = subjects[r % len(subjects) :] + subjects[: r % len(subjects)]
@@ -297,6 +376,7 @@ def main() -> int:
             rss = peak_rss_kb(s.argv, s.env, tmp.name)
             if rss is not None:
                 s.rss_kb.append(rss)
+    load_after = uptime_text()
 
     by = {s.key: s for s in subjects}
     med = {s.key: statistics.median(s.wall_ms) for s in subjects}
@@ -316,14 +396,14 @@ def main() -> int:
 
     shown_env = " ".join(
         f"{k}={shlex.quote(shown(os.environ[k]))}"
-        for k in ("NHC", "NHC_CONF", "NHC_ARGS", "NHC_CFG_PREFIX")
+        for k in ("NHC", "NHC_CONF", "NHC_CPU_CONF", "NHC_ARGS", "NHC_CFG_PREFIX")
         if os.environ.get(k)
     )
     cmd = " ".join(shlex.quote(a) for a in [python, *sys.argv])
     lines.append(f"Command: `{(shown_env + ' ') if shown_env else ''}{cmd}`")
     lines.append(f"Rounds: {args.rounds} measured (+{args.warmup} warm-up), interleaved, order rotating each round")
     # a busy machine slows every row: the ratios of one run still compare, the absolute figures less
-    lines.append(f"Load average (1 min) before / after: {load_before:.1f} / {os.getloadavg()[0]:.1f}")
+    lines.append(f"Load average (1, 5, 15 min, as uptime shows it) before: {load_before}; after: {load_after}")
     lines.append("")
     lines.append("| what | median ms | p90 ms | min ms | peak RSS MiB | exit codes |")
     lines.append("| --- | ---: | ---: | ---: | ---: | --- |")
@@ -347,8 +427,13 @@ def main() -> int:
         f"clustercheck prolog / python -c pass: {med['prolog'] / med['pass']:.2f}x; "
         f"prolog mode / run --local: {med['prolog'] / med['clustercheck']:.2f}x"
     )
-    if pro.note:
-        lines.append(f"clustercheck prolog warm-up run: {pro.note}")
+    for key, what in (
+        ("prolog", "clustercheck prolog"),
+        ("prolog-replay", "clustercheck prolog --replay"),
+        ("prolog-cpu", f"clustercheck prolog --profile {CPU_PROFILE}"),
+    ):
+        if by[key].note:
+            lines.append(f"{what} warm-up run: {by[key].note}")
     if "pyz-prolog" in by:
         lines.append(
             f"single file prolog / venv prolog: {med['pyz-prolog'] / med['prolog']:.2f}x "
@@ -359,31 +444,42 @@ def main() -> int:
             f"single file, first run after an upgrade (unpacking): {med['pyz-first']:.1f} ms "
             f"(+{med['pyz-first'] - med['pyz-prolog']:.1f} ms); 8 at once: all done in {med['pyz-first-8x']:.1f} ms"
         )
-    nhc_codes = sorted(by["nhc"].exit_codes) if "nhc" in by else []
-    nhc_log = Path(tmp.name) / "nhc.log"
-    logged = nhc_log.read_text(errors="replace").splitlines() if nhc_log.exists() else []
-    # its scripts not loaded (wrong -D): no checks ran, exit 0; with -a the exit code is the number
-    # of failed checks, so a non-zero code counts only with "Health check failed" in its log
-    broken = [ln.strip() for ln in logged if re.search(r"\b(nhc_\w+|check_\w+): command not found", ln)]
-    judged = any("Health check failed" in ln for ln in logged)
-    if nhc_codes and (broken or (set(nhc_codes) - {0} and not judged)):
-        out = Path(tmp.name) / "nhc.out"
-        said = broken[:1] or (out.read_text(errors="replace").strip().splitlines()[:1] if out.exists() else [])
-        nhc_state = f"exited {','.join(map(str, nhc_codes))} but did not run its checks" + (
-            f" ({shown(said[0].strip()[:120])}; NHC_ARGS='-D PREFIX/etc/nhc' names its scripts)" if said else ""
+    if "nvml" in by:
+        smi = f"; one `nvidia-smi -L`: {med['nvidia-smi']:.1f} ms" if "nvidia-smi" in by else ""
+        lines.append(
+            f"NVML start-up: {med['nvml'] - med['nvml-import']:.1f} ms (import pynvml, nvmlInit, the record, "
+            f"nvmlShutdown; median over median){smi}"
         )
-        del by["nhc"]
-    if "nhc" in by:
+    else:
+        lines.append(f"NVML start-up: {nvml_state}")
+    for key in ("nhc", "nhc-cpu"):
+        if key in by:
+            why = nhc_broken(nhc_logs[key], sorted(by[key].exit_codes))
+            if why:
+                nhc_state = f"({key}) {shown(why)}"
+                del by[key]
+    if "nhc" in by and "nhc-cpu" in by:
+        # a watchdog that one SIGINT did not stop costs at least one more second (see the Reading)
+        stalls = ", ".join(
+            f"{sum(w > min(by[k].wall_ms) + 900 for w in by[k].wall_ms)} of {len(by[k].wall_ms)} ({k})"
+            for k in ("nhc", "nhc-cpu")
+        )
+        lines.append(f"NHC runs 0.9 s or more over its fastest (a watchdog that SIGINT did not stop): {stalls}")
         lines.append(f"clustercheck / NHC: {med['clustercheck'] / med['nhc']:.2f}x (median over median)")
         lines.append(f"clustercheck prolog / NHC: {med['prolog'] / med['nhc']:.2f}x (median over median)")
-        judged = [("clustercheck", "run --local --profile prolog"), ("prolog", "clustercheck prolog")]
+        judged = [
+            ("clustercheck", "run --local --profile prolog", "nhc"),
+            ("prolog", "clustercheck prolog", "nhc"),
+            ("prolog-replay", f"clustercheck prolog --replay {REPLAY}", "nhc"),
+        ]
         if "pyz-prolog" in by:  # what a node without the venv runs: the single file, its cache unpacked
-            judged.append(("pyz-prolog", "single file clustercheck.pyz prolog"))
-        for key, what in judged:
-            held = med[key] <= med["nhc"]
+            judged.append(("pyz-prolog", "single file clustercheck.pyz prolog", "nhc"))
+        judged.append(("prolog-cpu", f"clustercheck prolog --profile {CPU_PROFILE} (vs nhc-cpu.conf)", "nhc-cpu"))
+        for key, what, peer in judged:
+            held = med[key] <= med[peer]
             verdict = "TARGET HELD" if held else "TARGET MISSED"
             lines.append(
-                f"{verdict}: {what} median {med[key]:.1f} ms {'<=' if held else '>'} NHC median {med['nhc']:.1f} ms"
+                f"{verdict}: {what} median {med[key]:.1f} ms {'<=' if held else '>'} NHC median {med[peer]:.1f} ms"
             )
     else:
         lines.append(f"TARGET NOT EVALUATED: NHC {nhc_state}")
@@ -423,11 +519,14 @@ def write_section(path: Path, md: str) -> None:
 
 RESULTS_HEADER = """# Prolog path: clustercheck vs LBNL NHC
 
-Target (issues #2 and #6): `clustercheck run --local --profile prolog --format json` and
-`clustercheck prolog` (the Slurm prolog mode: what slurmd runs on every job start) each take at
-most LBNL NHC's wall time on a comparable set of checks, measured in the same run, with
-`python -c pass` beside them. Written by `make bench`; only figures
-from one run are comparable (these machines are shared and noisy).
+Target (issues #2, #6 and #16): `clustercheck run --local --profile prolog --format json` and
+`clustercheck prolog` (the Slurm prolog mode: what slurmd runs on every job start) with the
+GPU-aware default profile (profiles/prolog.yaml), live on this node and replaying a recorded GPU
+node (fixtures/prolog-gpu/driver-gone), each take at most LBNL NHC's wall time on the same checks
+said the NHC way (bench/nhc.conf); the CPU node's prolog (profiles/prolog-cpu.yaml) at most NHC's
+on its checks (bench/nhc-cpu.conf). Measured in the same run, with `python -c pass` beside them;
+NVML's own start-up is reported apart. Written by `make bench`; only figures from one run are
+comparable (these machines are shared and noisy: the load line says how busy this one was).
 
 ## Figures
 
@@ -436,10 +535,26 @@ from one run are comparable (these machines are shared and noisy).
 RESULTS_NOTES = """
 ## Reading
 
-- Both tools report the same problem on this VM: it has no `/proc/modules` (a kernel without
-  module support) and no NVIDIA driver, so `node.modules` is `error` (exit 3 from `run`; exit 0
-  from `prolog`, where "could not tell" lets the job run) and NHC's modules line fails (exit 1).
-  All run every other check first; the exit codes do not change the timings.
+- Both tools report the same problems on this VM: it has no `/proc/modules` (a kernel without
+  module support) and no NVIDIA driver, so `node.modules` is `error` and `gpu.count` fails (exit
+  2: the GPU prolog refuses the job on a GPU node whose driver is gone), and NHC's modules line
+  and its nvidia-smi lines fail. All run every other check first; the exit codes do not change
+  the timings. The recorded GPU node (fixtures/prolog-gpu/driver-gone, recorded on such a VM with
+  BNL SDCC's slurm.conf giving it 2 GPUs) is the same case replayed: its files, commands and NVML
+  record come from the fixture, so NHC live on this VM runs the same checks on the same state.
+- NVML's own start-up (loading libnvidia-ml, nvmlInit, the per-GPU queries, nvmlShutdown) is in
+  no row above: this VM has no driver, and the replay reads the recorded NVML record. On a GPU
+  node the run adds the `nvml` rows (`NVML start-up:` line): clustercheck pays it once per
+  prolog, NHC once per nvidia-smi line (four in bench/nhc.conf). It has not been measured for
+  this section: no GPU machine was available to this work.
+- NHC runs every command of a check (`check_cmd_output`, `check_cmd_status`, `check_cmd_dmesg`)
+  under a watchdog process of its own and stops it with SIGINT after the command, waiting in
+  0.1 s steps (`kill_watchdog`): each command line costs about 0.1 s, plus 0.1 s for the main
+  watchdog. When SIGINT does not stop a watchdog (it arrived before the watchdog set its trap:
+  seen with commands that end at once, like a missing nvidia-smi, and more often on a busy
+  machine) NHC sends SIGINT again each second, up to four times, then SIGKILL: that run takes 1 to
+  5 s longer. The `0.9 s or more over its fastest` line counts those runs; the medians include
+  them, as a site's prolog would pay them.
 - The clustercheck prolog path imports neither Typer (0.29 pulls in pydantic: ~85 ms), Rich,
   paramiko nor psutil: `cli.main()` runs a plain `run --local` and `prolog` itself
   (tests/test_cli.py and tests/test_prolog.py assert it). What remains is interpreter start-up,
@@ -454,21 +569,26 @@ RESULTS_NOTES = """
   site-packages (`.pth` files, the editable install's finder), and adds the reading of its ~1 MB
   of payload comment lines (~10 ms). The first run of a build unpacks it and compiles the
   prolog's modules (clustercheck, PyYAML) once; 8 first runs at once wait on one lock for that.
-- About 100 ms of NHC's time is its watchdog's shutdown (`kill_watchdog` sleeps 0.1 s); with
-  `-t 0` (no watchdog) the same NHC run takes ~27 ms. Sites run NHC with its watchdog on, which is
-  what is compared here.
+- Sites run NHC with its watchdog on (`-t`), which is what is compared here; its command checks
+  refuse to run without one (`Command timeout 5 exceeds NHC timeout 0`).
 
 ## Redoing the NHC side
 
-NHC is not a Debian 12 package and is not committed here. From the `mej/nhc` repository take
-`nhc`, `scripts/common.nhc`, `scripts/lbnl_hw.nhc` and `scripts/lbnl_file.nhc` (master after 1.4.3,
-`NHC_VERSION="1.5"`), lay them out as `PREFIX/sbin/nhc` (executable) and
-`PREFIX/etc/nhc/scripts/*.nhc`, `mkdir -p PREFIX/{libexec/nhc,var/run/nhc,var/log}`, then
-`make bench NHC=PREFIX/sbin/nhc NHC_ARGS="-D PREFIX/etc/nhc" NHC_CFG_PREFIX=PREFIX` (-D: where its
-scripts are; NHC_CFG_PREFIX: the report writes that folder as PREFIX). bench.py runs it with
+NHC is not a Debian 12 package and is not committed here. From a clone of the `mej/nhc`
+repository, branch `dev` at 7d9cec9 (2023-09-20, `NHC_VERSION="1.5"`; master stops at 1.4.3 and
+has no such line), take `nhc` and every `scripts/*.nhc` (as NHC installs them: the command and
+filesystem checks live in lbnl_cmd.nhc and lbnl_fs.nhc):
+
+    git -C nhc archive 7d9cec9 nhc scripts | tar -x -C SRC
+    mkdir -p PREFIX/sbin PREFIX/etc/nhc/scripts PREFIX/libexec/nhc PREFIX/var/run/nhc PREFIX/var/log
+    install -m 755 SRC/nhc PREFIX/sbin/nhc && cp SRC/scripts/*.nhc PREFIX/etc/nhc/scripts/
+
+then `make bench NHC=PREFIX/sbin/nhc NHC_ARGS="-D PREFIX/etc/nhc" NHC_CFG_PREFIX=PREFIX` (-D: where
+its scripts are; NHC_CFG_PREFIX: the report writes that folder as PREFIX). bench.py runs it with
 `-a -c bench/nhc.conf -l LOG -t 10 MARK_OFFLINE=0 OFFLINE_NODE=: ONLINE_NODE=:` (-a: every check
-line, not only those before the first failure; never drain or resume through Slurm).
-`bench/nhc.conf` says which clustercheck check each of its lines matches.
+line, not only those before the first failure; never drain or resume through Slurm), and the same
+with bench/nhc-cpu.conf. `bench/nhc.conf` says which clustercheck check each of its lines matches,
+and what NHC cannot say the same way.
 """
 
 

@@ -107,6 +107,10 @@ def prolog_rows(results: str) -> list[Row]:
     for label, figure in re.findall(r"^(single file[^:]*):\s*(.+?)\s*$", text, re.M):
         if "TARGET" not in label:
             rows.append(Row("prolog", label, figure, "(reported, no target)", when, f"`{command}`"))
+    nvml = first(r"^NVML start-up:\s*(.+?)\s*$", text)
+    if nvml:  # reported apart from the targets (issue 16); "not measured" where there is no GPU
+        held = "not run" if nvml.startswith("not measured") else "(reported, no target)"
+        rows.append(Row("prolog", "NVML start-up, apart from the prolog rows", nvml, held, when, f"`{command}`"))
     return rows
 
 
