@@ -76,3 +76,47 @@ def test_progress_goes_to_stderr_one_line_per_host(fleet_sshd: Fleet) -> None:
     lines = [line for line in proc.stderr.splitlines() if line.startswith("clustercheck: [")]
     assert len(lines) == 8 and lines[-1].startswith("clustercheck: [8/8] 127.0.0.")
     assert all(json.loads(line)["host"].startswith("127.0.0.") for line in proc.stdout.splitlines())
+
+
+def test_a_fleet_in_pid_namespaces_shows_each_node_its_own_processes(sshd: SSHServer, tmp_path: Path) -> None:
+    """The fleet benchmark's set-up (start_fleet(pid_namespaces=True)): a session on one daemon's
+    hosts sees that daemon's processes in /proc, not this machine's, and a check's leftover daemon
+    is still killed there (the sweep reads the namespace's /proc/loadavg and processes)."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+
+    import pytest
+    from tests.sshd import start_fleet
+
+    from clustercheck.transports.ssh import SSHTransport
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("PID namespaces for the fleet need root and unshare(1)")
+    fleet, procs = start_fleet(sshd, ["127.0.0.201", "127.0.0.202"], tmp_path / "ns", pid_namespaces=True)
+    try:
+        node = SSHTransport("127.0.0.201", ssh_config=str(fleet.ssh_config))
+        try:
+            assert node.run(["cat", "/proc/1/comm"], timeout=10).stdout == "sshd\n"  # the daemon is its init
+            listed = node.run(["sh", "-c", "ls /proc | grep -c '^[0-9]'"], timeout=10)
+            here = sum(name.isdigit() for name in os.listdir("/proc"))
+            assert int(listed.stdout) < min(20, here), (listed.stdout, here)
+            marker = f"cc-ns-test-{os.getpid()}"
+            left = node.run(["sh", "-c", f"setsid sh -c 'exec -a {marker} sleep 60' & echo started"], timeout=10)
+            assert left.stdout == "started\n"
+            seen = node.run(["sh", "-c", f"pgrep -f '[{marker[0]}]{marker[1:]}' || echo none"], timeout=10)
+            assert seen.stdout == "none\n"  # the [c] keeps pgrep's own command line from matching
+        finally:
+            node.close()
+    finally:
+        for p in procs:  # unshare ignores SIGTERM: its daemon's end ends it
+            children = Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()
+            for child in children:
+                os.kill(int(child), signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(timeout=5)
