@@ -251,8 +251,11 @@ class SlurmCluster:
             list(argv), capture_output=True, text=True, timeout=timeout, env={**self.env, **(env or {})}, check=False
         )
 
-    def clustercheck(self, *args: str | Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return self.run(*CLUSTERCHECK, *map(str, args), timeout=timeout)
+    def clustercheck(
+        self, *args: str | Path, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`clustercheck ARGS` with the cluster's environment (and `env`: srun passes it on to the jobs)."""
+        return self.run(*CLUSTERCHECK, *map(str, args), timeout=timeout, env=env)
 
     def health(self, node: str, fixture: Path, *extra: str) -> subprocess.CompletedProcess[str]:
         return self.clustercheck(

@@ -18,6 +18,7 @@ signals) is in clustercheck.commands.sweep; this module says, from what those pr
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -240,3 +241,306 @@ def skipped(node: str, why: str, status: Status = Status.SKIP) -> CheckResult:
     """The merged report's entry for a node the profile did not run on (why: its state, or what
     went wrong running it)."""
     return CheckResult(SWEEP_CHECK, status, why)
+
+
+# -- nccl.pairs: two-node all_reduce_perf on pairs chosen from the topology ---------------------------
+
+#: The id of the pairs' results in the merged report (one per node, naming its pairs).
+PAIRS_CHECK = "nccl.pairs"
+#: The group of nodes under no leaf switch of the topology (or of a sweep without one).
+NO_LEAF = "(no leaf)"
+
+
+class Pair(NamedTuple):
+    """Two nodes measured together; `leaf` names the leaf switch they share, or both (`across`)."""
+
+    a: str
+    b: str
+    leaf: str
+    across: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.a}+{self.b}"
+
+    @property
+    def nodes(self) -> tuple[str, str]:
+        return (self.a, self.b)
+
+
+class PairRun(NamedTuple):
+    """One measured pair: the verdict of its run (facts.nccl_run.judge_run), what the report shows."""
+
+    pair: Pair
+    status: Status
+    summary: str
+    transport: str | None = None  # NCCL's network (ib, roce, ofi, socket)
+    gdr: bool | None = None  # GPUDirect RDMA on every network channel (None: no network channel seen)
+    busbw: float | None = None  # peak bus bandwidth, GB/s
+    action: str = ""
+    remedy: str = ""
+    evidence: tuple[str, ...] = ()
+    passes: int = 1
+    first: Mapping[str, Any] | None = None  # the first pass's verdict, for a pair measured twice
+    command: str = ""
+
+    def slow(self, min_busbw: float) -> bool:
+        return self.busbw is not None and self.busbw < min_busbw
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "nodes": list(self.pair.nodes),
+            "leaf": self.pair.leaf,
+            "across": self.pair.across,
+            "status": self.status.value,
+            "summary": self.summary,
+            "transport": self.transport,
+            "gdr": self.gdr,
+            "busbw": self.busbw,
+            "passes": self.passes,
+        }
+        if self.action:
+            out["action"] = self.action
+        if self.first is not None:
+            out["first_pass"] = dict(self.first)
+        if self.command:
+            out["command"] = self.command
+        return out
+
+
+def leaf_groups(
+    node_leaves: Mapping[str, Sequence[str]] | None, leaves: Sequence[str], nodes: Sequence[str]
+) -> list[tuple[str, list[str]]]:
+    """The nodes by leaf switch, in the topology's order of leaves (`leaves`) and the sweep's order of
+    nodes; nodes under no leaf (or every node, without a topology) form one group of their own."""
+    by_leaf: dict[str, list[str]] = {leaf: [] for leaf in leaves}
+    loose: list[str] = []
+    for node in dict.fromkeys(nodes):
+        under = list((node_leaves or {}).get(node) or ())
+        if under and under[0] in by_leaf:
+            by_leaf[under[0]].append(node)
+        else:
+            loose.append(node)
+    groups = [(leaf, members) for leaf, members in by_leaf.items() if members]
+    if loose:
+        groups.append((NO_LEAF, loose))
+    return groups
+
+
+def choose_pairs(groups: Sequence[tuple[str, Sequence[str]]]) -> list[Pair]:
+    """Within each leaf a ring (a+b, b+c, c+a: every node in two pairs, so one slow node shows as the
+    node slow in both of its pairs), a single pair for two nodes; and one pair across each boundary
+    between consecutive leaves (the last node of one with the first of the next)."""
+    pairs: list[Pair] = []
+    for leaf, members in groups:
+        if len(members) == 2:
+            pairs.append(Pair(members[0], members[1], leaf))
+        elif len(members) > 2:
+            pairs += [Pair(members[i], members[(i + 1) % len(members)], leaf) for i in range(len(members))]
+    for (leaf1, first), (leaf2, second) in itertools.pairwise(groups):
+        pairs.append(Pair(first[-1], second[0], f"{leaf1}|{leaf2}", across=True))
+    return pairs
+
+
+def schedule(pairs: Sequence[Pair]) -> list[list[Pair]]:
+    """Rounds of pairs that share no node (each allocation is exclusive), in order, greedily."""
+    rounds: list[list[Pair]] = []
+    left = list(pairs)
+    while left:
+        busy: set[str] = set()
+        now: list[Pair] = []
+        for pair in left:
+            if not busy & set(pair.nodes):
+                now.append(pair)
+                busy.update(pair.nodes)
+        rounds.append(now)
+        left = [p for p in left if p not in now]
+    return rounds
+
+
+def pair_srun_argv(
+    pair: Pair,
+    command: Sequence[str],
+    *,
+    job_name: str,
+    seconds: float,
+    reservation: str | None = None,
+    partition: str | None = None,
+    gpus: int = 0,
+    srun: str = "srun",
+    extra: Sequence[str] = (),
+    image: str = "",
+    runtime: str = "pyxis",
+    mounts: str = "",
+) -> list[str]:
+    """One exclusive two-node allocation of the pair, one task per node driving every GPU of it
+    (`-g GPUS`), inside the site's image: Pyxis/Enroot through srun's --container-image and
+    --container-mounts, or `apptainer exec --nv --bind MOUNTS IMAGE` around the command."""
+    argv = [srun, "-w", f"{pair.a},{pair.b}", "-N2", "--ntasks-per-node=1", "--exclusive"]
+    argv += [f"--immediate={IMMEDIATE_S}", f"--job-name={job_name}"]
+    if gpus:
+        argv.append(f"--gres=gpu:{gpus}")
+    argv.append(f"--time={time_limit_minutes(seconds)}")
+    if reservation:
+        argv.append(f"--reservation={reservation}")
+    if partition:
+        argv.append(f"--partition={partition}")
+    argv += list(extra)
+    inner = list(command)
+    if image and runtime == "pyxis":
+        argv.append(f"--container-image={image}")
+        if mounts:
+            argv.append(f"--container-mounts={mounts}")
+    elif image and runtime == "apptainer":
+        inner = ["apptainer", "exec", "--nv", *(["--bind", mounts] if mounts else []), image, *inner]
+    return [*argv, *inner]
+
+
+def judge_pair(
+    pair: Pair,
+    stdout: str,
+    stderr: str,
+    exit_code: int | None,
+    *,
+    gpus: int,
+    min_busbw: float,
+    expect: str = "",
+    require_gdr: bool = True,
+    binary: str = "all_reduce_perf",
+    command: str = "",
+) -> PairRun:
+    """A pair's srun output -> its verdict, by nccl.loopback's judge (facts.nccl_run)."""
+    from clustercheck.facts.nccl_run import NcclRunError, judge_run
+
+    data: dict[str, Any] = {"gpus": gpus}
+    try:
+        result = judge_run(
+            stdout,
+            stderr,
+            exit_code,
+            variant="pairs",
+            expect=expect,
+            require_gdr=require_gdr,
+            min_busbw=min_busbw,
+            binary=binary,
+            data=data,
+        )
+        status, summary, remedy, evidence = result.status, result.summary, result.remedy, result.evidence
+        data, action = dict(result.data), result.action
+    except NcclRunError as exc:
+        status, summary, remedy, evidence = Status.ERROR, str(exc), exc.remedy, exc.evidence
+        data, action = exc.data, ""
+    log = data.get("log") or {}
+    busbw = data.get("peak_busbw")
+    return PairRun(
+        pair,
+        status,
+        summary,
+        transport=log.get("network"),
+        gdr=log.get("gpudirect_rdma") if isinstance(log.get("gpudirect_rdma"), bool) else None,
+        busbw=float(busbw) if isinstance(busbw, (int, float)) else None,
+        action=action,
+        remedy=remedy,
+        evidence=tuple(evidence),
+        command=command,
+    )
+
+
+def stragglers(runs: Sequence[PairRun], min_busbw: float) -> list[str]:
+    """The nodes slow in every pair they are in (bus bandwidth below `min_busbw`), proven by a
+    partner that is fast in another pair: a slow pair whose two nodes are slow everywhere names
+    neither (one node of the two, or the fabric between them: not told apart), and every pair slow
+    names none (the threshold or the fabric, not one node)."""
+    measured = [r for r in runs if r.busbw is not None]
+    pairs_of: dict[str, list[PairRun]] = {}
+    for r in measured:
+        for node in r.pair.nodes:
+            pairs_of.setdefault(node, []).append(r)
+    fast = {n for n, rs in pairs_of.items() if any(not r.slow(min_busbw) for r in rs)}
+    named = []
+    for node, rs in pairs_of.items():
+        if node in fast:
+            continue
+        partners = {p for r in rs for p in r.pair.nodes if p != node}
+        if partners & fast:
+            named.append(node)
+    return named
+
+
+def merge_pair_passes(first: Sequence[PairRun], second: Sequence[PairRun]) -> list[PairRun]:
+    """The first pass's runs, each pair measured again replaced by its second run (which decides),
+    the first one kept in `first`."""
+    again = {r.pair: r for r in second}
+    out = []
+    for r in first:
+        later = again.get(r.pair)
+        if later is None:
+            out.append(r)
+            continue
+        then = {"status": r.status.value, "summary": r.summary, "busbw": r.busbw}
+        out.append(later._replace(passes=r.passes + 1, first=then))
+    return out
+
+
+def pair_results(
+    nodes: Sequence[str], runs: Sequence[PairRun], slow_nodes: Sequence[str], min_busbw: float, *, confirmed: bool
+) -> dict[str, CheckResult]:
+    """One `nccl.pairs` result per node in some pair, naming each of its pairs' transport, GDR and
+    busbw: the straggler fails (INVESTIGATE); a pair that failed otherwise (TCP sockets, no GPUDirect
+    RDMA, transport errors) fails both of its nodes with its action; a slow pair of the straggler is
+    the straggler's, not its partner's; a slow pair told apart by no other pair fails both."""
+    results: dict[str, CheckResult] = {}
+    for node in nodes:
+        mine = [r for r in runs if node in r.pair.nodes]
+        if not mine:
+            continue
+        shown = "; ".join(_pair_line(r, node) for r in mine)
+        data = {"pairs": [r.to_json() for r in mine]}
+        evidence = tuple(f"{r.pair.name}: {r.status.value}: {r.summary}" for r in mine)
+        if node in slow_nodes:
+            second = " (measured twice)" if confirmed else ""
+            results[node] = CheckResult(
+                PAIRS_CHECK,
+                Status.FAIL,
+                f"{node} is slow in every pair it is in{second}: {shown}; at least {min_busbw:g} GB/s",
+                evidence,
+                "its partners are fast in their other pairs: run nccl.loopback and rdma.bandwidth on it to find the "
+                "slow NIC, GPU or cable",
+                data={**data, "straggler": True, PERFORMANCE: True},
+                action="INVESTIGATE",
+            )
+            continue
+        own = [
+            r
+            for r in mine
+            if r.status is not Status.OK and not (r.slow(min_busbw) and set(r.pair.nodes) & set(slow_nodes))
+        ]
+        failed = [r for r in own if r.status is Status.FAIL]
+        if failed:
+            worst = failed[0]
+            action = worst.action or "INVESTIGATE"
+            results[node] = CheckResult(
+                PAIRS_CHECK,
+                Status.FAIL,
+                f"{worst.pair.name}: {worst.summary} ({shown})",
+                evidence,
+                worst.remedy,
+                data=data,
+                action=action,
+            )
+        elif own:
+            results[node] = CheckResult(
+                PAIRS_CHECK, Status.ERROR, f"{own[0].pair.name}: {own[0].summary}", evidence, own[0].remedy, data=data
+            )
+        else:
+            results[node] = CheckResult(PAIRS_CHECK, Status.OK, shown, evidence, data=data)
+    return results
+
+
+def _pair_line(run: PairRun, node: str) -> str:
+    other = run.pair.b if run.pair.a == node else run.pair.a
+    where = "across leaves" if run.pair.across else f"leaf {run.pair.leaf}"
+    if run.busbw is None:
+        return f"with {other} ({where}): {run.status.value}"
+    gdr = {True: "GDR", False: "no GDR"}.get(run.gdr, "GDR ?") if run.gdr is not None else "GDR ?"
+    return f"with {other} ({where}): {run.transport or '?'}, {gdr}, {run.busbw:g} GB/s"

@@ -92,6 +92,24 @@ class Options(NamedTuple):
     scontrol_timeout: float = 20.0
     dry_run: bool = False
     second_pass: bool = True
+    pairs: PairOptions | None = None
+
+
+class PairOptions(NamedTuple):
+    """`--pairs`: two-node all_reduce_perf on pairs of the nodes that passed (nccl.pairs)."""
+
+    min_busbw: float = 20.0
+    image: str = ""
+    runtime: str = "pyxis"
+    mounts: str = ""
+    expect: str = ""
+    require_gdr: bool = True
+    binary: str = "all_reduce_perf"
+    srun_args: tuple[str, ...] = ()
+    timeout: float = 300.0
+    topology: str | None = None
+    min_bytes: str = "8M"
+    max_bytes: str = "1G"
 
 
 class Sweeper:
@@ -113,8 +131,13 @@ class Sweeper:
         self.folder = Path(tempfile.mkdtemp(prefix="clustercheck-sweep-"))
         self.pool: ThreadPoolExecutor | None = None
         self.srun_s: dict[str, float] = {}  # node -> seconds spent in srun
+        self.pair_srun_s: list[float] = []  # seconds each pair's srun took
         self.gpus: dict[str, int] = {}  # node -> GPUs Slurm knows there (Gres=), all asked for
         self.futures: dict[str, Future[Outcome]] = {}
+        self.groups: list[tuple[str, list[str]]] | None = None  # the topology's leaves, for --pairs
+        self.topology_source = ""  # where the leaves came from
+        self.pair_runs: list[logic.PairRun] = []
+        self.pair_doc: dict[str, Any] | None = None  # the report's "pairs" section
 
     # -- Slurm ------------------------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -378,6 +401,8 @@ class Sweeper:
     # -- the whole sweep --------------------------------------------------------------------------
     def run(self) -> None:
         nodes = self.nodes()
+        if self.opts.pairs is not None:  # a bad topology file stops the sweep before it touches a node
+            self.load_topology(nodes)
         if not self.opts.dry_run:
             self.check_record_folder(nodes[0])
         reservation = self.opts.reservation
@@ -393,18 +418,208 @@ class Sweeper:
             for n in nodes:
                 planned = logic.plan(self.state(n), self.record(n), reserved_ok=reservation is not None)
                 self.outcomes[n] = Outcome(n, "skipped" if planned.kind == "skip" else "would test", planned.why)
+            if self.opts.pairs is not None:
+                would = [n for n in nodes if self.outcomes[n].done == "would test"]
+                pairs = logic.choose_pairs(self.leaf_groups(would))
+                self.pair_doc = self._pairs_doc(pairs, [], [], planned_only=True)
             return
         # no `with`: on SIGTERM, cleanup stops the allocations before it waits for the workers
         self.pool = ThreadPoolExecutor(max_workers=max(1, self.opts.jobs))
         for n in nodes:
             self.futures[n] = self.pool.submit(self._guarded, n, reservation)
         for node, future in self.futures.items():
-            while True:  # a timeout lets the signal handler run in this thread
-                try:
-                    self.outcomes[node] = future.result(timeout=0.2)
-                    break
-                except TimeoutError:
-                    continue
+            self.outcomes[node] = self._wait(future)
+        if self.opts.pairs is not None:
+            self.run_pairs(nodes, reservation)
+
+    @staticmethod
+    def _wait(future: Future[Any]) -> Any:
+        while True:  # a timeout lets the signal handler run in this thread
+            try:
+                return future.result(timeout=0.2)
+            except TimeoutError:
+                continue
+
+    # -- nccl.pairs: two-node all_reduce_perf on pairs of the nodes that passed --------------------
+    def load_topology(self, nodes: Sequence[str]) -> None:
+        """The leaf switches of Slurm's topology (--topology, else topology.yaml or topology.conf
+        beside slurm.conf); without one every node is in one group."""
+        from clustercheck.analyzers.topology import TopologyError, parse_topology
+
+        assert self.opts.pairs is not None
+        path = self.opts.pairs.topology
+        if path is None:
+            folder = Path(os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf").parent
+            path = next((str(folder / n) for n in ("topology.yaml", "topology.conf") if (folder / n).is_file()), None)
+        if path is None:
+            self.topology_source = "no topology.yaml or topology.conf beside slurm.conf: the nodes as one group"
+            return
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            topo = parse_topology(text, path)
+        except OSError as exc:
+            raise UsageError(f"--topology {path}: cannot read it ({exc.strerror or exc})") from None
+        except TopologyError as exc:
+            raise UsageError(f"--topology {path}: {exc}") from None
+        self.topology_source = path
+        self.groups = [(leaf, list(topo.switches[leaf].nodes)) for leaf in topo.leaves]
+
+    def leaf_groups(self, nodes: Sequence[str]) -> list[tuple[str, list[str]]]:
+        leaves = [leaf for leaf, _ in self.groups or ()]
+        under = {n: [leaf] for leaf, members in self.groups or () for n in members}
+        return logic.leaf_groups(under, leaves, nodes)
+
+    def run_pairs(self, nodes: Sequence[str], reservation: str | None) -> None:
+        """Pairs of the nodes that passed, measured in rounds of pairs that share no node; a
+        straggler is measured again and drained (INVESTIGATE) only when the second pass confirms it."""
+        opts = self.opts.pairs
+        assert opts is not None
+        started = time.monotonic()
+        passed = [n for n in nodes if self.outcomes.get(n, Outcome(n, "", "")).done in ("passed", "resumed")]
+        pairs = logic.choose_pairs(self.leaf_groups(passed))
+        runs = self._measure(pairs, reservation, 1)
+        slow = logic.stragglers(runs, opts.min_busbw)
+        first_slow = list(slow)
+        if slow and self.opts.second_pass:
+            again = [p for p in pairs if set(p.nodes) & set(slow)]
+            runs = logic.merge_pair_passes(runs, self._measure(again, reservation, 2))
+            slow = [n for n in logic.stragglers(runs, opts.min_busbw) if n in slow]
+        self.pair_runs = runs
+        results = logic.pair_results(passed, runs, slow, opts.min_busbw, confirmed=self.opts.second_pass)
+        for node, result in results.items():
+            before = self.reports.get(node)
+            self.reports[node] = HostReport(node, (*(before.checks if before else ()), result))
+            if result.status is Status.FAIL and node in slow:
+                self.outcomes[node] = self._drain_straggler(node, result)
+            elif result.status in (Status.FAIL, Status.ERROR):
+                o = self.outcomes[node]
+                why = f"{logic.PAIRS_CHECK} {result.status.value}: {result.summary} (a pair's failure: not drained)"
+                self.outcomes[node] = o._replace(done="left", why=why)
+        self.pair_doc = self._pairs_doc(pairs, runs, slow, first_slow=first_slow, seconds=time.monotonic() - started)
+
+    def _drain_straggler(self, node: str, result: Any) -> Outcome:
+        passes = self.outcomes[node].passes
+        decision = slurm_mod.decide(self.state(node), (result,), None, self.record(node), with_action=True)
+        if decision.action != "drain":
+            return self.outcomes[node]._replace(done="left", why=f"{result.summary}: {decision.why}")
+        return self._apply(node, decision, self.record(node), passes)
+
+    def _pairs_doc(
+        self,
+        pairs: Sequence[logic.Pair],
+        runs: Sequence[logic.PairRun],
+        slow: Sequence[str],
+        *,
+        first_slow: Sequence[str] = (),
+        seconds: float = 0.0,
+        planned_only: bool = False,
+    ) -> dict[str, Any]:
+        opts = self.opts.pairs
+        assert opts is not None
+        doc: dict[str, Any] = {
+            "topology": self.topology_source,
+            "min_busbw": opts.min_busbw,
+            "image": opts.image or None,
+            "runtime": opts.runtime if opts.image else None,
+            "rounds": len(logic.schedule(pairs)),
+        }
+        if planned_only:
+            doc["planned"] = [{"nodes": list(p.nodes), "leaf": p.leaf, "across": p.across} for p in pairs]
+            return doc
+        with self.lock:
+            srun_s = sum(self.pair_srun_s)
+        doc.update(
+            pairs=[r.to_json() for r in runs],
+            stragglers=list(slow),
+            measured_slow_once=[n for n in first_slow if n not in slow],
+            seconds=round(seconds, 3),
+            srun_s=round(srun_s, 3),
+        )
+        return doc
+
+    def _measure(self, pairs: Sequence[logic.Pair], reservation: str | None, attempt: int) -> list[logic.PairRun]:
+        assert self.pool is not None
+        by_pair: dict[logic.Pair, logic.PairRun] = {}
+        for batch in logic.schedule(pairs):
+            futures = [(p, self.pool.submit(self.run_pair, p, reservation, attempt)) for p in batch]
+            for pair, future in futures:
+                by_pair[pair] = self._wait(future)
+        return [by_pair[p] for p in pairs]
+
+    def run_pair(self, pair: logic.Pair, reservation: str | None, attempt: int) -> logic.PairRun:
+        """all_reduce_perf on the two nodes of `pair`, one exclusive allocation, judged."""
+        from clustercheck.facts.nccl_run import NCCL_TESTS_PACKAGE, run_argv
+
+        opts = self.opts.pairs
+        assert opts is not None
+        gpus = max(1, min(self.gpus.get(pair.a, 0), self.gpus.get(pair.b, 0)))
+        command = run_argv("pairs", opts.binary, gpus, opts.min_bytes, opts.max_bytes, 2)
+        argv = logic.pair_srun_argv(
+            pair,
+            command,
+            job_name=self.job_name,
+            seconds=opts.timeout,
+            reservation=reservation,
+            partition=self.opts.partition,
+            gpus=gpus if self.gpus.get(pair.a) else 0,
+            srun=self.opts.srun,
+            extra=opts.srun_args,
+            image=opts.image,
+            runtime=opts.runtime,
+            mounts=opts.mounts,
+        )
+        shown = shlex.join(argv)
+        with self.lock:
+            if self.stopping:
+                return logic.PairRun(pair, Status.ERROR, "the sweep was interrupted before the run", command=shown)
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
+            )
+            self.procs.add(proc)
+        started = time.monotonic()
+        try:
+            stdout, stderr = proc.communicate(timeout=opts.timeout + logic.IMMEDIATE_S + 60)
+        except subprocess.TimeoutExpired:
+            proc.terminate()  # srun cancels the job step and its allocation
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=10)
+            proc.kill()
+            proc.wait()
+            why = f"all_reduce_perf on {pair.a} and {pair.b} did not end within {opts.timeout:g} s: stopped"
+            return logic.PairRun(pair, Status.ERROR, why, command=shown)
+        finally:
+            with self.lock:
+                self.procs.discard(proc)
+                self.pair_srun_s.append(time.monotonic() - started)
+        with self.lock:
+            if self.stopping:
+                return logic.PairRun(pair, Status.ERROR, "the sweep was interrupted during the run", command=shown)
+        if logic.allocation_refused(stderr) and not stdout.strip():
+            said = " ".join(stderr.split())[:300]
+            why = f"Slurm did not give {pair.a} and {pair.b} to the sweep (a job took one?): {said}"
+            return logic.PairRun(pair, Status.SKIP, why, command=shown)
+        missing = ("execve(): ", "command not found", "No such file or directory")
+        if proc.returncode != 0 and "NCCL" not in stdout and any(w in stderr + stdout for w in missing):
+            where = f"in {opts.image}" if opts.image else f"on {pair.a} or {pair.b}"
+            why = f"{opts.binary} is not installed {where}: {' '.join(stderr.split())[-200:]}"
+            return logic.PairRun(pair, Status.ERROR, why, remedy=f"install {NCCL_TESTS_PACKAGE}", command=shown)
+        return logic.judge_pair(
+            pair,
+            stdout,
+            stderr,
+            proc.returncode,
+            gpus=2 * gpus,
+            min_busbw=opts.min_busbw,
+            expect=opts.expect,
+            require_gdr=opts.require_gdr,
+            binary=opts.binary,
+            command=shown,
+        )
 
     def _guarded(self, node: str, reservation: str | None) -> Outcome:
         start = time.monotonic()
@@ -519,7 +734,13 @@ def merged_report(
     return Report(__version__, profile, tuple(hosts))
 
 
-def write_reports(report: Report, outcomes: dict[str, Outcome], out_json: Path | None, out_html: Path | None) -> None:
+def write_reports(
+    report: Report,
+    outcomes: dict[str, Outcome],
+    out_json: Path | None,
+    out_html: Path | None,
+    pairs: dict[str, Any] | None = None,
+) -> None:
     from clustercheck import formats
     from clustercheck.analyzers.fleet import summarize
 
@@ -531,6 +752,8 @@ def write_reports(report: Report, outcomes: dict[str, Outcome], out_json: Path |
                 "fleet": summarize(report).to_json(),
                 "sweep": {n: o.to_json() for n, o in outcomes.items()},
             }
+            if pairs is not None:
+                doc["pairs"] = pairs
             json.dump(doc, out, indent=2)
             out.write("\n")
 
@@ -539,13 +762,26 @@ def write_reports(report: Report, outcomes: dict[str, Outcome], out_json: Path |
         cli.write_output(lambda out: formats.render(report, "html", out), out_html)
 
 
-def _lines(outcomes: dict[str, Outcome]) -> list[str]:
+def _lines(outcomes: dict[str, Outcome], pairs: dict[str, Any] | None = None) -> list[str]:
     lines = []
     for o in outcomes.values():
         line = f"{o.node}: {o.done}: {o.why}"
         if o.reason and o.done in ("drained", "kept"):
             line += f"\n  reason: {o.reason}"
         lines.append(line)
+    for p in (pairs or {}).get("planned", ()):
+        lines.append(f"pair {'+'.join(p['nodes'])} ({'across ' if p['across'] else ''}{p['leaf']}): would run")
+    for p in (pairs or {}).get("pairs", ()):
+        busbw = f"{p['busbw']:g} GB/s" if p["busbw"] is not None else "no busbw"
+        gdr = {True: "GDR", False: "no GDR"}.get(p["gdr"], "GDR ?")
+        twice = ", measured twice" if p["passes"] > 1 else ""
+        lines.append(
+            f"pair {'+'.join(p['nodes'])} ({'across ' if p['across'] else ''}{p['leaf']}): {p['status']}: "
+            f"{p['transport'] or '?'}, {gdr}, {busbw}{twice}: {p['summary']}"
+        )
+    if pairs is not None and "stragglers" in pairs:
+        slow = ", ".join(pairs["stragglers"]) or "none"
+        lines.append(f"straggler (slow in every pair it is in): {slow}")
     return lines
 
 
@@ -630,6 +866,56 @@ def sweep(
     ssh: Annotated[
         str | None, typer.Option("--ssh", help="Nodes not in Slurm yet: run over SSH (a hostlist); drains nothing.")
     ] = None,
+    pairs: Annotated[
+        bool,
+        typer.Option(
+            "--pairs",
+            help="After the per-node runs, two-node all_reduce_perf (srun -N2) on pairs of the nodes that passed: "
+            "within each leaf switch and across each leaf boundary (nccl.pairs); drains the straggler.",
+        ),
+    ] = False,
+    pairs_min_busbw: Annotated[
+        float, typer.Option("--pairs-min-busbw", min=0.001, help="GB/s: a pair's peak bus bandwidth at least this.")
+    ] = 20.0,
+    pairs_image: Annotated[
+        str | None, typer.Option("--pairs-image", help="Run the pairs inside the site's container image.")
+    ] = None,
+    pairs_runtime: Annotated[
+        str,
+        typer.Option(
+            "--pairs-runtime",
+            help="How the image runs: pyxis (srun --container-image, Enroot) or apptainer (apptainer exec --nv).",
+        ),
+    ] = "pyxis",
+    pairs_mounts: Annotated[
+        str | None,
+        typer.Option(
+            "--pairs-mounts", help="The site's bind options: SRC:DST[,...] (--container-mounts, apptainer --bind)."
+        ),
+    ] = None,
+    pairs_expect: Annotated[
+        str, typer.Option("--pairs-expect", help="The network the pairs must use: ib, roce or ofi [default: any RDMA].")
+    ] = "",
+    pairs_no_gdr: Annotated[
+        bool, typer.Option("--pairs-no-gdr", help="Do not require GPUDirect RDMA on the pairs' network channels.")
+    ] = False,
+    pairs_binary: Annotated[
+        str, typer.Option("--pairs-binary", help="all_reduce_perf's name or path (on the nodes, or in the image).")
+    ] = "all_reduce_perf",
+    pairs_srun_args: Annotated[
+        str | None,
+        typer.Option("--pairs-srun-args", help="More srun options for the pairs (shell words), e.g. '--mpi=pmix'."),
+    ] = None,
+    pairs_timeout: Annotated[
+        float, typer.Option("--pairs-timeout", min=1.0, help="Seconds one pair's run may take.")
+    ] = 300.0,
+    topology: Annotated[
+        Path | None,
+        typer.Option(
+            "--topology",
+            help="Slurm's topology.conf or topology.yaml for --pairs [default: the one beside slurm.conf].",
+        ),
+    ] = None,
     ssh_config: SshConfigOpt = None,
     user: UserOpt = None,
     identity: IdentityOpt = None,
@@ -647,8 +933,10 @@ def sweep(
     for path, option in ((out_json, "--out-json"), (out_html, "--out-html")):
         cli.check_output(path, option)
     if ssh is not None:
-        if nodes or partition or reservation:
-            raise UsageError("--ssh HOSTLIST runs without Slurm: give no NODES, --partition or --reservation")
+        if nodes or partition or reservation or pairs:
+            raise UsageError(
+                "--ssh HOSTLIST runs without Slurm: give no NODES, --partition, --reservation or --pairs (srun -N2)"
+            )
         report, outcomes = ssh_sweep(
             ssh,
             profile,
@@ -677,6 +965,19 @@ def sweep(
         clustercheck=command,
         dry_run=dry_run,
         second_pass=not no_second_pass,
+        pairs=_pair_options(
+            pairs,
+            pairs_min_busbw,
+            pairs_image,
+            pairs_runtime,
+            pairs_mounts,
+            pairs_expect,
+            pairs_no_gdr,
+            pairs_binary,
+            pairs_srun_args,
+            pairs_timeout,
+            topology,
+        ),
     )
     _check_profile(options)
     sweeper = Sweeper(options)
@@ -691,14 +992,56 @@ def sweep(
     names = list(sweeper.outcomes)
     report = merged_report(options.profile, names, sweeper.reports, sweeper.outcomes)
     if interrupted is not None:
-        for line in _lines(sweeper.outcomes):
+        for line in _lines(sweeper.outcomes, sweeper.pair_doc):
             slurm_mod.say(line, sys.stdout)
-        write_reports(report, sweeper.outcomes, out_json, out_html)
+        write_reports(report, sweeper.outcomes, out_json, out_html, sweeper.pair_doc)
         left = "; ".join(problems) if problems else "no node left resumed, no reservation left"
         raise ClusterCheckError(f"sweep interrupted by {interrupted}: {left}")
     for problem in problems:
         slurm_mod.say(f"clustercheck sweep: {problem}", sys.stderr)
-    _finish(report, sweeper.outcomes, out_json, out_html)
+    _finish(report, sweeper.outcomes, out_json, out_html, sweeper.pair_doc)
+
+
+def _pair_options(
+    pairs: bool,
+    min_busbw: float,
+    image: str | None,
+    runtime: str,
+    mounts: str | None,
+    expect: str,
+    no_gdr: bool,
+    binary: str,
+    srun_args: str | None,
+    timeout: float,
+    topology: Path | None,
+) -> PairOptions | None:
+    given = [image, mounts, srun_args, topology]
+    if not pairs:
+        if any(v is not None for v in given):
+            raise UsageError("--pairs-image, --pairs-mounts, --pairs-srun-args and --topology need --pairs")
+        return None
+    if runtime not in ("pyxis", "apptainer"):
+        raise UsageError(f"--pairs-runtime must be pyxis or apptainer, got {runtime!r}")
+    if expect not in ("", "ib", "roce", "ofi"):
+        raise UsageError(f"--pairs-expect must be ib, roce or ofi (or empty: any RDMA network), got {expect!r}")
+    if mounts and not image:
+        raise UsageError("--pairs-mounts binds into the image: give --pairs-image too")
+    try:
+        extra = tuple(shlex.split(srun_args or ""))
+    except ValueError as exc:
+        raise UsageError(f"--pairs-srun-args {srun_args!r}: {exc}") from None
+    return PairOptions(
+        min_busbw=min_busbw,
+        image=image or "",
+        runtime=runtime,
+        mounts=mounts or "",
+        expect=expect,
+        require_gdr=not no_gdr,
+        binary=binary,
+        srun_args=extra,
+        timeout=timeout,
+        topology=str(topology) if topology is not None else None,
+    )
 
 
 def _profile_ref(profile: str) -> str:
@@ -714,12 +1057,18 @@ def _check_profile(options: Options) -> None:
     profiles.load(options.profile, extra_check_dirs=tuple(Path(d) for d in options.checks_dirs))
 
 
-def _finish(report: Report, outcomes: dict[str, Outcome], out_json: Path | None, out_html: Path | None) -> None:
+def _finish(
+    report: Report,
+    outcomes: dict[str, Outcome],
+    out_json: Path | None,
+    out_html: Path | None,
+    pairs: dict[str, Any] | None = None,
+) -> None:
     from clustercheck import formats
 
-    write_reports(report, outcomes, out_json, out_html)
+    write_reports(report, outcomes, out_json, out_html, pairs)
     formats.render(report, "table", sys.stdout)
-    for line in _lines(outcomes):
+    for line in _lines(outcomes, pairs):
         slurm_mod.say(line, sys.stdout)
     cli.state.exit_code = int(report.exit_code)
 
