@@ -91,6 +91,7 @@ def test_prolog_sets_per_check_timeouts() -> None:
         "gpu.persistence_mode": 5,
         "storage.mounts": 5,
         "rdma.ports": 5,
+        "rdma.counters": 5,
     }
 
 

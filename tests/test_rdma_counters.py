@@ -281,14 +281,18 @@ def test_a_profile_with_other_thresholds_judges_by_them(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(Path("/sys/class/infiniband").exists(), reason="this machine has RDMA devices")
 def test_a_node_without_hcas_skips_on_this_machine(tmp_path: Path) -> None:
-    """The real gather on this machine (no /sys/class/infiniband): nothing to judge, said so."""
+    """This machine (no /sys/class/infiniband, no ib_core): nothing to judge, said so, and the gather is not
+    started (the bundled prolog runs the check on every node)."""
     profile = tmp_path / "p.yaml"
     profile.write_text("checks:\n  rdma.counters: {sample_s: 0.2}\n")
     proc = cli("run", "--local", "--profile", profile, "--format", "json")
     (host,) = json.loads(proc.stdout)["hosts"].values()
     (c,) = host["checks"]
     assert (proc.returncode, c["status"]) == (0, "skip")
-    assert c["summary"] == "no RDMA port under /sys/class/infiniband: no counters to judge"
+    assert (
+        c["summary"] == "no RDMA stack on this node (no ib_core module, no /sys/class/infiniband): no counters to judge"
+    )
+    assert not any("sh -c" in line for line in c["evidence"])
 
 
 def test_a_port_with_only_hw_counters_is_judged_by_them(tmp_path: Path) -> None:

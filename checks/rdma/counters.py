@@ -40,7 +40,7 @@ from clustercheck.facts.infiniband import (
     split_sections,
 )
 
-from . import port_selected
+from . import _may_have_hcas, port_selected
 
 
 class Rule(NamedTuple):
@@ -196,7 +196,9 @@ def counters(
     backwards (cleared, or a 32-bit hw counter that wrapped) is no error burst: it is said and
     taken as the new base. An IB error counter at its maximum (link_downed 255, a 4-bit counter
     at 15) has stopped counting: that warns. `names` selects HCAs as in rdma.ports. No
-    readable counters (a container without /sys/class/infiniband) is an error, never ok.
+    readable counters (a container without /sys/class/infiniband) is an error, never ok; a node
+    with no RDMA stack at all (no ib_core in /proc/modules, or no /proc/modules and no
+    /sys/class/infiniband) skips without running the gather, so the prolog runs it everywhere.
 
     Fix: symbol errors, retrainings, link downs: reseat or replace the cable or transceiver
     (`mlxlink -d <HCA> -m -c` shows the BER and the cable), check the switch port at the other
@@ -214,6 +216,13 @@ def counters(
                 f"cannot tell: a window of sample_s {sample_s:g} s does not fit the check's budget ({left:.0f} s "
                 "left): raise the check's timeout or shorten sample_s",
             )
+    if not _may_have_hcas(host):
+        # the prolog runs this on every node: one without an RDMA stack is told apart by two reads
+        # (/proc/modules, /sys/class/infiniband), without starting the gather
+        return skip(
+            "no RDMA stack on this node (no ib_core module, no /sys/class/infiniband): no counters to judge",
+            data={"sample_s": sample_s},
+        )
     script = gather_script(sample_s)
     argv = ("sh", "-c", script)
     named = shown_with(argv, script, "'<rdma counters gather script>'")
