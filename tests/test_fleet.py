@@ -376,3 +376,42 @@ def test_one_problem_asking_for_different_actions_is_two_rows(tmp_path: Path) ->
     assert re.search(r"site\.gpu\s+n3 \(1\)\s+REPLACE_HW\s+GPU 1 failed", table)
     by_host = cli("report", results, "--by", "host").stdout
     assert "site.gpu: GPU 1 failed [REPLACE_HW]" in by_host
+
+
+def test_hca_firmware_drift_names_the_odd_node(tmp_path: Path) -> None:
+    """rdma.devices' drift facts on three real-derived nodes: fixtures/rdma/healthy-ndr (8 ConnectX-7 at
+    fw 28.41.1000, the firmware of the real H100 sysfs tree in corpus ib_sysfs) three times, the third with
+    every fw_ver line set to 28.43.2026, the real ConnectX-7 NDR firmware of corpus ib_tools
+    issue-deepep-303 (the only change). The fleet view names gpu103; each node passes on its own."""
+    cluster = tmp_path / "cluster"
+    for n in (101, 102, 103):
+        node = cluster / f"gpu{n}"
+        shutil.copytree(FIXTURES / "rdma" / "healthy-ndr", node)
+        manifest = node / "fixture.yaml"
+        manifest.write_text(manifest.read_text().replace("host: gpu101", f"host: gpu{n}"))
+    (gather,) = (cluster / "gpu103" / "commands").glob("sh_-c_echo_sysfs*")
+    stdout = gather / "stdout"
+    assert stdout.read_text().count("fw_ver:28.41.1000") == 8
+    stdout.write_text(stdout.read_text().replace("fw_ver:28.41.1000", "fw_ver:28.43.2026"))
+    profile = tmp_path / "p.yaml"
+    profile.write_text("checks:\n  rdma.devices: {}\n")
+    run = cli("run", "--replay", cluster, "--profile", profile, "--format", "json")
+    assert run.returncode == 0, run.stderr
+    hosts = json.loads(run.stdout)["hosts"]
+    assert {h: c["checks"][0]["status"] for h, c in hosts.items()} == {"gpu101": "ok", "gpu102": "ok", "gpu103": "ok"}
+    # recorded before the stack version was read: the fact is left out and the evidence says so, never guessed
+    (c,) = hosts["gpu103"]["checks"]
+    assert c["data"]["facts"] == {"HCA firmware": "28.43.2026"}
+    assert "`ofed_info -s` is not in this recording: RDMA stack version not read" in c["evidence"]
+    (tmp_path / "run.json").write_text(run.stdout)
+    report = cli("report", tmp_path / "run.json", "--format", "json")
+    assert json.loads(report.stdout)["fleet"]["drift"] == [
+        {
+            "fact": "HCA firmware",
+            "majority": "28.41.1000",
+            "majority_hosts": 2,
+            "others": [{"value": "28.43.2026", "hosts": "gpu103", "count": 1}],
+        }
+    ]
+    table = cli("run", "--replay", cluster, "--profile", profile).stdout
+    assert re.search(r"HCA firmware\s+28\.41\.1000 \(2 hosts\)\s+28\.43\.2026 on gpu103", table), table

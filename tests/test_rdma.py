@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from clustercheck.checks.rdma import (
     Setting,
@@ -513,3 +515,71 @@ def test_bundled_h100_ib_profile() -> None:
     assert {"container.apptainer_rdma", "container.enroot_rdma"} <= set(ids)
     ports = next(c for c in prof.checks if c.id == "rdma.ports")
     assert ports.params["min_rate"] == 400
+
+
+# -- drift facts and actions ------------------------------------------------------------------------
+
+
+def test_rdma_stack_version_readers() -> None:
+    from clustercheck.checks.rdma import parse_ofed_info, rdma_core_version
+
+    # `ofed_info -s` as MLNX_OFED prints it (the trailing colon is ofed_info's own)
+    assert parse_ofed_info("MLNX_OFED_LINUX-23.10-5.1.4.0:\n") == "MLNX_OFED_LINUX-23.10-5.1.4.0"
+    assert parse_ofed_info("\n") is None
+    # what `readlink -f /usr/lib/x86_64-linux-gnu/libibverbs.so.1` printed on Debian 12 (rdma-core 44.0)
+    assert rdma_core_version("/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0\n") == "44.0"
+    assert rdma_core_version("/usr/lib64/libibverbs.so.1.1.17.2") == "17.2"  # rdma-core 17's 1.1.<version> naming
+    assert rdma_core_version("/usr/lib/x86_64-linux-gnu/libibverbs.so.1") is None  # not resolved: unknown
+
+
+def test_devices_gives_firmware_and_stack_facts(tmp_path: Path) -> None:
+    """The healthy node with the two stack commands recorded: no ofed_info (exit 127: not installed),
+    and the library its listing names resolving the way this Debian rdma-core install resolves it."""
+    fixture = variant(tmp_path)
+    set_command(fixture, ["ofed_info", "-s"], exit_code=127)
+    lib = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1"
+    set_command(fixture, ["readlink", "-f", lib], stdout=lib + ".14.44.0\n")
+    c = one(fixture, "rdma.devices")
+    assert c.status.value == "ok"
+    assert c.data["facts"] == {"HCA firmware": "28.41.1000", "RDMA stack": "rdma-core 44.0"}
+    assert f"no ofed_info; {lib} -> {lib}.14.44.0: rdma-core 44.0" in c.evidence
+    set_command(fixture, ["ofed_info", "-s"], stdout="MLNX_OFED_LINUX-23.10-5.1.4.0:\n")
+    assert one(fixture, "rdma.devices").data["facts"]["RDMA stack"] == "MLNX_OFED_LINUX-23.10-5.1.4.0"
+
+
+def test_devices_stack_fact_on_this_machine() -> None:
+    """The real commands here: no HCA (the check fails), the stack fact read all the same."""
+    lib = next(
+        (p for p in ("/usr/lib/x86_64-linux-gnu/libibverbs.so.1", "/usr/lib64/libibverbs.so.1") if os.path.exists(p)),
+        None,
+    )
+    if lib is None or shutil.which("ofed_info") or Path("/sys/class/infiniband").exists():
+        pytest.skip("needs a machine with rdma-core's libibverbs, without MLNX_OFED and HCAs")
+    from clustercheck.checks.rdma import rdma_core_version
+
+    version = rdma_core_version(os.path.realpath(lib))
+    profile = Path(tempfile.mkdtemp()) / "p.yaml"
+    profile.write_text("checks:\n  rdma.devices: {}\n")
+    proc = cli("run", "--local", "--profile", profile, "--format", "json")
+    (host,) = json.loads(proc.stdout)["hosts"].values()
+    (c,) = host["checks"]
+    assert (c["status"], c["action"]) == ("fail", "FIX_CONFIG")
+    assert c["data"]["facts"] == ({"RDMA stack": f"rdma-core {version}"} if version else {})
+
+
+def test_rdma_checks_name_their_actions(tmp_path: Path) -> None:
+    down = one(RDMA / "port-down-half-rate", "rdma.ports", {"min_rate": 400})
+    assert (down.status.value, down.action) == ("fail", "CHECK_CABLE")
+    layer = one(RDMA / "roce", "rdma.ports", {"link_layer": "InfiniBand"})
+    assert (layer.status.value, layer.action) == ("fail", "FIX_CONFIG")  # a setting (LINK_TYPE), not a cable
+
+    from clustercheck.registry import lookup
+
+    for check_id, action in (
+        ("rdma.devices", "FIX_CONFIG"),
+        ("rdma.memlock", "FIX_CONFIG"),
+        ("rdma.nccl_env", "FIX_CONFIG"),
+        ("rdma.ports", "CHECK_CABLE"),
+    ):
+        spec = lookup(check_id)
+        assert spec is not None and spec.action == action and f"Action: {action}" in spec.doc, check_id

@@ -24,10 +24,11 @@ container.py), clustercheck.facts.slurm_conf (slurm.conf).
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterable, Sequence
 
 from clustercheck import Host, Result, Size, check, fail, ok, skip, warn
-from clustercheck.errors import HostError
+from clustercheck.errors import HostError, NotRecorded
 from clustercheck.facts.image import image_probe, runtime_version, show_limit
 from clustercheck.facts.infiniband import Port, library_problems, natural_key, rdma, span
 from clustercheck.facts.nccl_env import (  # NCCL's reading of its settings, shared with `clustercheck job`
@@ -76,7 +77,60 @@ def _has_wildcard(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
 
-@check(needs=["command sh", "command grep", "command stat"], timeout=10)
+# rdma-core names the library libibverbs.so.1.<minor>.<PACKAGE_VERSION> (libibverbs/CMakeLists.txt:
+# `rdma_library(ibverbs ... 1 1.<minor>.${PACKAGE_VERSION}`, Documentation/versioning.md), so the file
+# libibverbs.so.1 points at says which rdma-core it is: libibverbs.so.1.14.44.0 is rdma-core 44.0.
+_LIBIBVERBS_RE = re.compile(r"/libibverbs\.so\.1\.\d{1,4}\.(\d{1,6}(?:\.\d{1,6}){0,3}[A-Za-z0-9.]{0,40})$")
+
+
+def parse_ofed_info(text: str) -> str | None:
+    """`ofed_info -s` ('MLNX_OFED_LINUX-23.10-5.1.4.0:', DOCA-OFED's 'OFED-internal-24.10-1.1.4:') -> the
+    name without the trailing colon; None for empty output."""
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip().rstrip(":").strip()[:120] or None
+    return None
+
+
+def rdma_core_version(target: str) -> str | None:
+    """The resolved libibverbs.so.1 ('/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0') -> '44.0'."""
+    m = _LIBIBVERBS_RE.search(target.strip())
+    return m.group(1) if m else None
+
+
+def rdma_stack(host: Host, libraries: Sequence[str]) -> tuple[str | None, str]:
+    """(the RDMA userspace stack as a drift fact, evidence): `ofed_info -s` where MLNX_OFED/DOCA-OFED is
+    installed, else rdma-core's version from the file libibverbs.so.1 resolves to. None when neither says."""
+    try:
+        answer = host.run("ofed_info", "-s")
+    except NotRecorded:  # a replay recorded before this was read: the fact is left out, never guessed
+        return None, "`ofed_info -s` is not in this recording: RDMA stack version not read"
+    if answer.ok and (name := parse_ofed_info(answer.stdout)):
+        return name, f"`ofed_info -s`: {name}"
+    core = [p for p in libraries if p.endswith("/libibverbs.so.1")]
+    if not core:
+        return None, "no ofed_info and no libibverbs.so.1: RDMA stack version unknown"
+    try:
+        link = host.run("readlink", "-f", core[0])
+    except NotRecorded:
+        return None, f"`readlink -f {core[0]}` is not in this recording: rdma-core version not read"
+    target = link.stdout.strip() if link.ok else ""
+    version = rdma_core_version(target)
+    if version is None:
+        return None, f"{core[0]} resolves to {target[:200] or '(nothing)'}: no rdma-core version in its name"
+    return f"rdma-core {version}", f"no ofed_info; {core[0]} -> {target[:200]}: rdma-core {version}"
+
+
+def _distinct(values: Iterable[str]) -> str | None:
+    seen = sorted({v for v in values if v}, key=natural_key)
+    return ", ".join(seen) if seen else None
+
+
+@check(
+    needs=["command sh", "command grep", "command stat", "command ofed_info", "command readlink"],
+    timeout=10,
+    action="FIX_CONFIG",
+)
 def devices(
     host: Host,
     *,
@@ -106,6 +160,13 @@ def devices(
     Modes: the rdma-core udev rules make uverbs* and rdma_cm 0666. Libraries: install
     rdma-core (`libibverbs1 ibverbs-providers` on Debian/Ubuntu, `libibverbs rdma-core` on
     RHEL) or MLNX_OFED/DOCA-OFED.
+
+    Drift facts (the fleet table): `HCA firmware` (fw_ver of the selected HCAs, each value
+    once) and `RDMA stack`: `ofed_info -s` where MLNX_OFED/DOCA-OFED is installed, else
+    `rdma-core N` from the file libibverbs.so.1 resolves to (`readlink -f`).
+
+    Action: FIX_CONFIG (load the modules, fix the device modes, install the verbs libraries);
+    a card missing from lspci is hardware (REPLACE_HW after a reseat).
     """
     node = rdma(host)
     chosen = select(node.ports, hca_patterns(names))
@@ -113,7 +174,15 @@ def devices(
     evidence += [f"{h} firmware {node.firmware[h]}" for h in chosen if h in node.firmware]
     evidence += [d.describe() for d in node.devices.values()]
     evidence += [f"library {p}" for p in node.libraries]
-    data: dict[str, object] = {"hcas": chosen, "uverbs": node.uverbs, "libraries": node.libraries}
+    facts: dict[str, str] = {}
+    firmware = _distinct(node.firmware[h] for h in chosen if h in node.firmware)
+    if firmware:
+        facts["HCA firmware"] = firmware
+    stack, said = rdma_stack(host, node.libraries)
+    evidence.append(said)
+    if stack:
+        facts["RDMA stack"] = stack
+    data: dict[str, object] = {"hcas": chosen, "uverbs": node.uverbs, "libraries": node.libraries, "facts": facts}
     problems: list[str] = []
     if not chosen:
         which = f" matching {', '.join(names)}" if names else ""
@@ -179,7 +248,7 @@ def _may_have_hcas(host: Host) -> bool:
         return True
 
 
-@check(needs=["command sh", "command grep"], timeout=10)
+@check(needs=["command sh", "command grep"], timeout=10, action="CHECK_CABLE")
 def ports(
     host: Host,
     *,
@@ -209,6 +278,9 @@ def ports(
     (`sminfo`). Low rate: `mlxlink -d <HCA> -m` shows the negotiated speed and errors;
     replace the cable. Wrong link layer: `mlxconfig -d <HCA> set LINK_TYPE_P1=1` (IB) or `=2`
     (Ethernet), then reboot.
+
+    Action: CHECK_CABLE (a port down, polling or at a low rate); FIX_CONFIG when the only
+    problem is a wrong link layer (the card's LINK_TYPE setting).
     """
     if if_present and not _may_have_hcas(host):
         return skip("no RDMA stack on this node (no ib_core module, no /sys/class/infiniband): nothing to judge")
@@ -239,12 +311,14 @@ def ports(
             evidence=evidence,
         )
     problems: list[str] = []
+    layer_only = True  # every problem is a wrong link layer (a setting, not a cable)
     unknown_rate: list[str] = []
     for p in selected:
         if p.state != "ACTIVE" or (p.phys_state and p.phys_state != "LinkUp"):
             hint = ": no subnet manager has configured it" if p.state == "INIT" else ""
             phys = f" ({p.phys_state})" if p.phys_state else ""
             problems.append(f"{p.label} is {p.state or 'in an unknown state'}{phys}, expected ACTIVE (LinkUp){hint}")
+            layer_only = False
         if min_rate and p.state == "ACTIVE":
             if p.rate_gbps is None:
                 unknown_rate.append(p.label)
@@ -252,6 +326,7 @@ def ports(
                 problems.append(
                     f"{p.label} runs at {p.rate or f'{p.rate_gbps:g} Gb/sec'}, expected at least {min_rate} Gb/sec"
                 )
+                layer_only = False
         if link_layer and p.link_layer and p.link_layer.lower() != link_layer.lower():
             problems.append(f"{p.label} link layer is {p.link_layer}, expected {link_layer}")
     data["problems"] = problems
@@ -263,6 +338,7 @@ def ports(
             "Wrong link layer: `mlxconfig -d HCA set LINK_TYPE_P1=1` (IB) or 2 (Ethernet), reboot.",
             data=data,
             evidence=evidence,
+            action="FIX_CONFIG" if layer_only else "CHECK_CABLE",
         )
     rates = sorted({p.rate_gbps for p in selected if p.rate_gbps is not None})
     said = f"{len(selected)} ports of {span(chosen)} ACTIVE, LinkUp"
@@ -320,7 +396,9 @@ NO_SIZE = Size(0)
 SLURM_CONFS = ("/etc/slurm/slurm.conf", "/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf")
 
 
-@check(needs=["command pgrep", "file /proc/<slurmd>/limits", "file /etc/slurm/slurm.conf"], timeout=10)
+@check(
+    needs=["command pgrep", "file /proc/<slurmd>/limits", "file /etc/slurm/slurm.conf"], timeout=10, action="FIX_CONFIG"
+)
 def memlock(host: Host, *, minimum: Size = NO_SIZE, slurm_conf: tuple[str, ...] = SLURM_CONFS) -> Result:
     """Jobs get an unlimited locked-memory limit (or at least `minimum`), not the login shell's.
 
@@ -340,6 +418,8 @@ def memlock(host: Host, *, minimum: Size = NO_SIZE, slurm_conf: tuple[str, ...] 
     Fix: run slurmd with `LimitMEMLOCK=infinity` (a systemd drop-in: `systemctl edit slurmd`,
     then restart it; limits.conf does not apply to services) and set
     `PropagateResourceLimitsExcept=MEMLOCK` in slurm.conf.
+
+    Action: FIX_CONFIG (slurmd's unit file and slurm.conf).
     """
     found = host.run("pgrep", "-o", "-x", "slurmd")
     if found.exit_code == 127:
@@ -414,7 +494,7 @@ def _conf_pairs(text: str, path: str, warns: list[str]) -> list[tuple[str, str]]
     return pairs
 
 
-@check(needs=["file /etc/nccl.conf", "command ls"], timeout=120)
+@check(needs=["file /etc/nccl.conf", "command ls"], timeout=120, action="FIX_CONFIG")
 def nccl_env(
     host: Host,
     *,
@@ -445,6 +525,8 @@ def nccl_env(
     Fix: remove the setting, or correct it to this node's names (`ls /sys/class/infiniband`,
     `ls /sys/class/net`); prefer exact lists (`NCCL_IB_HCA==mlx5_0,mlx5_1`) and let NCCL pick
     HCAs by itself when all of them are for compute.
+
+    Action: FIX_CONFIG (the NCCL setting named, where the evidence says it comes from).
     """
     warns: list[str] = []
     job: list[tuple[str, str]] = []
