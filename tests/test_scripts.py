@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import re
+import subprocess
 import sys
 
 import pytest
-from tests.helpers import posix_sh_problems
+import yaml
+from tests.helpers import REPO, posix_sh_problems
 
 from clustercheck import Host
 from clustercheck.transports.local import LocalTransport
@@ -71,3 +73,59 @@ def test_the_loader_fills_placeholders_once_and_refuses_a_mismatch() -> None:
     with pytest.raises(ValueError, match="filled"):
         scripts.text("image_file.sh", EXTRA="x")
     assert not any(line.lstrip().startswith("#") for line in scripts.text("image_file.sh").splitlines())
+
+
+# -- the storage script: a module, run as `python3 -c TEXT ARGS` -----------------------------
+#: sha256 of the storage script as sent. It was a string in checks/storage.py (14665 characters,
+#: 6f660c93...); as a module it is formatted and typed, so the storage fixtures' recorded argv
+#: was updated to this text (their notes say so) and their outputs kept.
+STORAGE_SENT = (18636, "e3f7e4831d9f8136930ea95d12409c792bd8bdd5b9a9773e3c6c24bb83dbef89")
+
+
+def test_the_storage_script_is_the_module_sent_as_recorded() -> None:
+    from clustercheck.checks.storage import SCRIPT
+
+    module = importlib.resources.files("clustercheck.facts.scripts").joinpath("storage_probe.py").read_text()
+    assert module == SCRIPT  # sent as the file is: what ruff and mypy check is what runs
+    assert (len(SCRIPT), hashlib.sha256(SCRIPT.encode()).hexdigest()) == STORAGE_SENT
+    recorded = sorted((REPO / "fixtures").glob("storage-*/commands/python3_-c_*/command.yaml"))
+    assert len(recorded) == 6
+    for path in recorded:
+        assert yaml.safe_load(path.read_text())["argv"][2] == SCRIPT, path
+
+
+def test_the_storage_script_runs_on_python_3_6() -> None:
+    """No syntax newer than 3.6, and no annotation a 3.6 interpreter would evaluate and fail on
+    (`list[int]` in a signature or at module level): those are strings. Local annotations are
+    never evaluated. (No Python 3.6 here to run it with: this reads it as 3.6 would.)"""
+    import ast
+
+    text = importlib.resources.files("clustercheck.facts.scripts").joinpath("storage_probe.py").read_text()
+    tree = ast.parse(text, feature_version=(3, 6))
+    evaluated: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+            evaluated += [a.annotation for a in every if a is not None and a.annotation is not None]
+            evaluated += [node.returns] if node.returns is not None else []
+    evaluated += [n.annotation for n in tree.body if isinstance(n, ast.AnnAssign)]
+    assert evaluated, "the script is typed"
+    # a name (int, str) or None evaluates anywhere; `list[int]` and `int | None` need 3.9 and 3.10
+    failing = [ast.unparse(a) for a in evaluated if not isinstance(a, (ast.Name, ast.Constant))]
+    assert failing == [], f"annotations a Python 3.6 would evaluate and fail on: {failing}"
+    assert any(isinstance(a, ast.Constant) and "[" in str(a.value) for a in evaluated)  # the typed ones are strings
+    assert not any(isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in ast.walk(tree))
+
+
+def test_importing_the_storage_script_does_nothing() -> None:
+    """Only `python3 -c` (`__name__ == "__main__"`) measures: importing it (mypy, a test) reads no
+    argv, arms no signal or alarm, prints nothing."""
+    code = (
+        "import signal, sys; sys.argv = ['x']\n"
+        "import clustercheck.facts.scripts.storage_probe as p\n"
+        "assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and signal.alarm(0) == 0\n"
+        "assert p.A == {} and p.OUT == {}\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")

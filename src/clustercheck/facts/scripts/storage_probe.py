@@ -1,0 +1,521 @@
+"""The measuring script of storage.read_pattern and storage.checkpoint_write (checks/storage.py).
+
+It runs on the node as `python3 -c TEXT ARGS` (one command, so it works over SSH and records like
+any command): TEXT is this file as it is, ARGS one JSON object (mode, path, size, readers, ...).
+Standard library only, and Python 3.6+ (what older node images carry): annotations are strings
+(a 3.6 interpreter evaluates those of a function when it defines it) and no syntax newer than 3.6
+(tests/test_scripts.py checks both). It prints one JSON object.
+
+It writes only inside a private folder it creates (`mkdtemp`), refuses to fill the filesystem
+beyond a margin, stops at its own deadline and removes the folder on success, failure, timeout
+and SIGTERM/SIGINT/SIGHUP; data files are unlinked as soon as they are created, so even a SIGKILL
+leaves no data behind, and a later run sweeps the folders of killed runs.
+
+The text is part of the argv recorded in fixtures (fixtures/storage-*): changing it means
+updating the recorded argv (tests/test_scripts.py holds its hash).
+"""
+
+import fcntl
+import json
+import marshal
+import mmap
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+A: "dict[str, Any]" = {}  # the arguments
+OUT: "dict[str, Any]" = {}  # what is printed at the end
+T0 = 0.0
+BUDGET = 0.0
+STOP = threading.Event()
+MB = 1 << 20
+KEEP: "list[int]" = []  # fds of the unlinked data files: the kernel frees their blocks when this process dies
+DENIED: "list[str]" = []  # folders of the dataset this user may not list: their files were not read
+PREFIX = ".clustercheck-storage-"
+
+
+def _sig(n: int, f: object) -> None:
+    raise SystemExit(128 + n)
+
+
+def left(frac: float) -> float:
+    return T0 + BUDGET * frac
+
+
+def drop(path: str, sync: bool = True) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if sync:
+            os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def parallel(n: int, fn: "Callable[[int], None]") -> float:
+    errs: list[str] = []
+
+    def run(i: int) -> None:
+        try:
+            fn(i)
+        except BaseException as e:
+            errs.append(f"{type(e).__name__}: {e}")
+            STOP.set()
+
+    ts = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+    t = time.monotonic()
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    if errs:
+        raise RuntimeError(errs[0])
+    return time.monotonic() - t
+
+
+def _worker(
+    j: int,
+    n: int,
+    w: int,
+    fn: "Callable[[int], None]",
+    until: float,
+    lat: "list[list[float]]",
+    got: "list[int]",
+    me: int,
+    prctl: "Callable[..., int] | None",
+    wfd: int,
+) -> None:
+    """Worker process j: readers j, j+w, ... as its threads; sends its result down `wfd`."""
+    signal.alarm(max(1, int(until - time.monotonic()) + 5))
+    if prctl is not None:
+        prctl(1, signal.SIGKILL)
+    if os.getppid() != me:
+        os._exit(1)
+    ids = list(range(j, n, w))
+    t = time.monotonic()
+    res: dict[str, Any]
+    try:
+        parallel(len(ids), lambda k: fn(ids[k]))
+        res = {"t": (t, time.monotonic()), "got": [got[i] for i in ids], "lat": [lat[i] for i in ids]}
+    except BaseException as e:
+        res = {"err": f"{type(e).__name__}: {e}"}
+    data = memoryview(marshal.dumps(res))
+    while data:
+        data = data[os.write(wfd, data) :]
+
+
+def forked(
+    n: int, w: int, fn: "Callable[[int], None]", until: float, lat: "list[list[float]]", got: "list[int]"
+) -> float:
+    # readers i, i+w, ... run as threads of worker process j = i % w: one interpreter lock per
+    # process, like fio, whose jobs are processes. A worker never returns into this script
+    # (os._exit: no cleanup, no print), dies with this process (PR_SET_PDEATHSIG) and stops at
+    # `until` like a thread.
+    prctl: Callable[..., int] | None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None).prctl
+    except Exception:
+        prctl = None
+    me = os.getpid()
+    kids: list[tuple[int, int, int]] = []
+    errs: list[str] = []
+    spans: list[tuple[float, float]] = []
+    try:
+        for j in range(min(w, n)):
+            rfd, wfd = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.close(rfd)
+                    _worker(j, n, w, fn, until, lat, got, me, prctl, wfd)
+                finally:
+                    os._exit(0)
+            os.close(wfd)
+            kids.append((pid, rfd, j))
+        for _pid, rfd, j in kids:
+            chunks = []
+            while True:
+                b = os.read(rfd, 1 << 20)
+                if not b:
+                    break
+                chunks.append(b)
+            try:
+                res = marshal.loads(b"".join(chunks))
+            except (EOFError, ValueError, TypeError):
+                res = {"err": f"worker process {j} ended without a result"}
+            if "err" in res:
+                errs.append(res["err"])
+                continue
+            spans.append(res["t"])
+            for k, i in enumerate(range(j, n, w)):
+                got[i] = res["got"][k]
+                lat[i] = res["lat"][k]
+    finally:
+        for pid, rfd, _j in kids:
+            os.close(rfd)
+            try:
+                if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+            except OSError:
+                pass
+    if errs:
+        raise RuntimeError(errs[0])
+    return max(b for _, b in spans) - min(a for a, _ in spans)
+
+
+def write_files(d: str, n: int, size: int, until: float, sync: bool) -> "tuple[list[int], float, list[str]]":
+    block = 4 * MB
+    buf = os.urandom(block)
+    done = [0] * n
+    per = max(block, size // n // block * block)
+    fds: list[int] = []
+    for i in range(n):  # unlinked at once: even a SIGKILL leaves no data behind
+        p = os.path.join(d, f"f{i:03d}")
+        fds.append(os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+        KEEP.append(fds[i])
+        os.unlink(p)
+
+    def w(i: int) -> None:
+        fd = fds[i]
+        while done[i] < per and time.monotonic() < until and not STOP.is_set():
+            done[i] += os.write(fd, buf[: min(block, per - done[i])])
+        if sync:
+            os.fsync(fd)
+
+    secs = parallel(n, w)
+    return done, secs, [f"/proc/self/fd/{fd}" for fd in fds]
+
+
+def opener(path: str, direct: bool) -> int:
+    return os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
+
+
+def pct(xs: "list[float]", p: float) -> "float | None":
+    return round(xs[min(len(xs) - 1, int(len(xs) * p))] * 1000, 3) if xs else None
+
+
+def reads(
+    d: str, files: "list[str]", sizes: "list[int]", n: int, bs: int, until: float, direct: bool, rnd: bool, w: int = 1
+) -> "dict[str, Any]":
+    lat: list[list[float]] = [[] for _ in range(n)]
+    got = [0] * n
+
+    def r(i: int) -> None:
+        buf = mmap.mmap(-1, bs)
+        fds = [opener(os.path.join(d, f), direct) for f in files]
+        rng = random.Random(i)
+        try:
+            if rnd:
+                for fd in fds:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+                # the cost of this loop caps IOPS on fast drives: locals, the stop flag and the deadline
+                # every 64 reads, offsets from rng.random() (randrange costs twice as much)
+                mono, pread, rand, bufs, add, nf = time.monotonic, os.preadv, rng.random, [buf], lat[i].append, len(fds)
+                blocks = [max(1, z // bs) for z in sizes]
+                left_ops = A["max_ops"]
+                n_got = 0
+                t1 = mono()
+                while t1 < until and left_ops > 0 and not STOP.is_set():
+                    for _ in range(min(64, left_ops)):
+                        k = int(rand() * nf)
+                        off = int(rand() * blocks[k]) * bs
+                        t = mono()
+                        n_got += pread(fds[k], bufs, off)
+                        t1 = mono()
+                        add(t1 - t)
+                    left_ops = A["max_ops"] - len(lat[i])
+                got[i] += n_got
+            else:
+                cap = A["size"] // n  # files i, i+n, ... (a file per reader when they are as many)
+                for k in range(i, len(fds), n) if i < len(fds) else [i % len(fds)]:
+                    off = 0
+                    end = min(sizes[k], cap - got[i])
+                    while off < end and time.monotonic() < until and not STOP.is_set():
+                        m = os.preadv(fds[k], [buf], off)
+                        if m <= 0:
+                            break
+                        off += m
+                        got[i] += m
+        finally:
+            for fd in fds:
+                os.close(fd)
+            buf.close()
+
+    secs = forked(n, w, r, until, lat, got) if w > 1 else parallel(n, r)
+    xs = sorted(x for per_reader in lat for x in per_reader)
+    res: dict[str, Any] = {"bytes": sum(got), "seconds": round(secs, 4), "mb_s": round(sum(got) / secs / 1e6, 1)}
+    if rnd:
+        res.update(ops=len(xs), iops=round(len(xs) / secs, 1), p50_ms=pct(xs, 0.5), p99_ms=pct(xs, 0.99))
+    return res
+
+
+def scan(root: str, until: float) -> "tuple[list[tuple[str, int]], list[tuple[str, int]]]":
+    big: list[tuple[str, int]] = []  # (path, size)
+    small: list[tuple[str, int]] = []
+    stack = [root]
+    while stack and time.monotonic() < until and len(big) + len(small) < 100000:
+        top = stack.pop()
+        try:
+            it = os.scandir(top)
+        except PermissionError:
+            DENIED.append(top)
+            continue
+        except OSError:
+            continue
+        for e in it:
+            try:
+                if e.name.startswith(PREFIX):
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                elif e.is_file(follow_symlinks=False):
+                    sz = e.stat(follow_symlinks=False).st_size
+                    if sz >= 4 * MB:
+                        big.append((e.path, sz))
+                    elif 0 < sz <= MB:
+                        small.append((e.path, sz))
+            except OSError:
+                pass
+        it.close()
+    return big, small
+
+
+def measure_read(folder: "str | None") -> None:
+    n = A["readers"]
+    names: list[tuple[str, int]] | None
+    if folder is None:  # an existing dataset, read-only: nothing is written
+        big, small = scan(A["path"], left(0.15))
+        OUT["dataset"] = {"large_files": len(big), "small_files": len(small), "denied_dirs": len(DENIED)}
+        if DENIED:
+            OUT["dataset"]["denied"] = DENIED[:5]
+        if not big and DENIED:
+            raise RuntimeError(
+                f"no file of 4 MiB or more under {A['path']} that this user may read "
+                f"(permission denied: {', '.join(DENIED[:3])})"
+            )
+        if not big:
+            raise RuntimeError(f"no file of 4 MiB or more under {A['path']} to read")
+        big = big[: max(64, n)]
+        files = [p for p, _ in big]
+        sizes = [z for _, z in big]
+        d = ""
+        names = small[: A["meta_files"]]
+        try:
+            os.close(opener(files[0], True))
+            direct = A["o_direct"]
+        except OSError as e:
+            direct = False
+            OUT["o_direct_error"] = e.strerror
+        if not A["o_direct"]:
+            OUT["o_direct_error"] = "not used (o_direct: false in the profile)"
+        fracs = (0.45, 0.6, 0.75)
+    else:
+        d = folder
+        done, secs, files = write_files(d, n, A["size"], left(0.35), True)
+        sizes = done
+        names = None
+        fracs = (0.55, 0.65, 0.75)
+        OUT["written_bytes"] = sum(done)
+        OUT["write_seconds"] = round(secs, 3)
+    if names is None:
+        try:
+            if not A["o_direct"]:
+                raise OSError(0, "not used (o_direct: false in the profile)")
+            os.close(opener(os.path.join(d, files[0]), True))
+            direct = True
+        except OSError as e:
+            direct = False
+            OUT["o_direct_error"] = e.strerror
+    OUT["cache"] = "O_DIRECT" if direct else "posix_fadvise(DONTNEED)"
+    written = names is None
+
+    def evict() -> None:
+        if not direct:
+            for f in files:
+                drop(os.path.join(d, f), written)
+
+    evict()
+    OUT["seq"] = reads(d, files, sizes, n, A["seq_block"], left(fracs[0]), direct, False)
+    w = int(A.get("workers", 1))  # processes for the random reads; 0: one per reader, up to the CPUs of this node
+    if w <= 0:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+        w = max(1, min(n, cpus))
+    OUT["workers"] = w = min(w, n)
+    for bs, key, frac in ((4096, "rand_4k", fracs[1]), (131072, "rand_128k", fracs[2])):
+        evict()
+        OUT[key] = reads(d, files, sizes, n, bs, left(frac), direct, True, w)
+    if names is None:  # written here: small files of its own for the metadata pass
+        md = os.path.join(d, "meta")
+        os.mkdir(md)
+        names = []
+        payload = os.urandom(A["meta_size"])
+        until = left(0.83)
+        while len(names) < A["meta_files"] and time.monotonic() < until:
+            p = os.path.join(md, f"s{len(names):05d}")
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(fd, payload)
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+            names.append((p, A["meta_size"]))
+    else:
+        for p, _ in names:
+            drop(p, False)
+    count = [0] * n
+    until = left(0.93)
+    meta = names
+
+    def m(i: int) -> None:
+        for p, z in meta[i::n]:
+            if time.monotonic() >= until or STOP.is_set():
+                break
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fstat(fd)
+                os.read(fd, z)
+            finally:
+                os.close(fd)
+            count[i] += 1
+
+    secs = parallel(n, m)
+    OUT["meta"] = {
+        "files": sum(count),
+        "created": len(names),
+        "seconds": round(secs, 4),
+        "files_s": round(sum(count) / secs, 1),
+    }
+
+
+def measure_write(d: str) -> None:
+    n = A["readers"]
+    t = time.monotonic()
+    done, _, _ = write_files(d, n, A["size"], left(0.8), True)
+    secs = time.monotonic() - t
+    OUT["write"] = {"bytes": sum(done), "seconds": round(secs, 4), "gb_s": round(sum(done) / secs / 1e9, 3)}
+
+
+def sweep(root: str) -> "list[str]":
+    # folders of earlier runs that were killed (SIGKILL: no cleanup ran): ours (same owner), unlocked
+    # (their process is gone: the kernel dropped its flock) and older than a minute
+    gone: list[str] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return gone
+    for e in entries:
+        try:
+            if not e.name.startswith(PREFIX) or not e.is_dir(follow_symlinks=False):
+                continue
+            st = e.stat(follow_symlinks=False)
+            if st.st_uid != os.geteuid() or time.time() - st.st_mtime < 60:
+                continue
+            fd: int | None
+            try:
+                fd = os.open(os.path.join(e.path, ".lock"), os.O_RDONLY | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                fd = None
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # a live run holds it
+                finally:
+                    os.close(fd)
+            shutil.rmtree(e.path, ignore_errors=True)
+            if not os.path.lexists(e.path):
+                gone.append(e.path)
+        except OSError:
+            continue
+    return gone
+
+
+def main() -> None:
+    if A.get("dataset"):
+        OUT["read_only"] = True
+        try:
+            measure_read(None)
+        except Exception as e:
+            OUT["error"] = f"{type(e).__name__}: {e}"
+        return
+    st = os.statvfs(A["path"])
+    total = st.f_blocks * st.f_frsize
+    free = st.f_bavail * st.f_frsize
+    need = A["size"] + A.get("meta_files", 0) * A.get("meta_size", 0)
+    OUT.update(free_bytes=free, total_bytes=total, needed_bytes=need)
+    if free - need < A["margin"] * total:
+        OUT["refused"] = (
+            f"writing {int(need)} bytes would leave less than {A['margin'] * 100:g}% of the filesystem free "
+            f"({free} bytes free of {total})"
+        )
+        return
+    swept = sweep(A["path"])
+    if swept:
+        OUT["swept"] = swept
+    try:
+        d = tempfile.mkdtemp(prefix=PREFIX, dir=A["path"])
+    except OSError as e:
+        OUT["refused"] = f"cannot create a private folder in {A['path']}: {e.strerror or e}"
+        return
+    OUT["dir"] = d
+    try:  # held until this process ends, however it ends: a later sweep sees it is alive
+        lock = os.open(os.path.join(d, ".lock"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        KEEP.append(lock)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        OUT["lock_error"] = e.strerror or str(e)
+    try:
+        if A["mode"] == "read":
+            measure_read(d)
+        else:
+            measure_write(d)
+    except Exception as e:
+        OUT["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        STOP.set()
+        for fd in KEEP:
+            os.close(fd)
+        shutil.rmtree(d, ignore_errors=True)
+        OUT["removed"] = not os.path.exists(d)
+
+
+def run() -> None:
+    """Read the arguments, arm the signals and the watchdog, measure, print the one JSON object."""
+    global T0, BUDGET
+    A.update(json.loads(sys.argv[1]))
+    T0 = time.monotonic()
+    BUDGET = float(A["budget_s"])
+    OUT.update(mode=A["mode"], readers=A["readers"])
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM):
+        signal.signal(s, _sig)
+    signal.alarm(int(BUDGET) + 5)  # a watchdog: a phase that overruns still ends in the cleanup
+    try:
+        main()
+    except Exception as e:
+        OUT["error"] = f"{type(e).__name__}: {e}"
+    except SystemExit as e:
+        code = e.code
+        OUT["interrupted"] = f"signal {code - 128:d}" if isinstance(code, int) and code > 128 else str(code)
+        raise
+    finally:
+        OUT["elapsed_s"] = round(time.monotonic() - T0, 3)
+        print(json.dumps(OUT, sort_keys=True))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    run()
