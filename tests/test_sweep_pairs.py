@@ -17,14 +17,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.helpers import CORPUS, FIXTURES, cli
-from tests.slurm_cluster import SlurmCluster, missing_binaries, short_tmpdir
+from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, short_tmpdir
 
 from clustercheck import sweep as logic
 from clustercheck.result import Status
@@ -59,6 +61,7 @@ echo "$SLURM_JOB_NODELIST $*" >> {flags}/calls
 env | grep '^NCCL_' | sort > {flags}/env
 for n in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do
   [ -e {flags}/$n.socket ] && exec cat '{socket}'
+  [ -e {flags}/$n.hang ] && exec sleep 300
   f={flags}/$n.slow
   if [ -s "$f" ]; then
     left=$(cat "$f")
@@ -111,9 +114,8 @@ class Site:
         tool.chmod(tool.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         self.path = f"{bin_dir}:{os.environ.get('PATH', '')}:/usr/sbin:/sbin"
 
-    def sweep(self, slurm: SlurmCluster, nodes: str, *extra: str | Path) -> tuple[int, dict, str]:  # type: ignore[type-arg]
-        out = self.root / f"sweep-{time.monotonic_ns()}.json"
-        proc = slurm.clustercheck(
+    def args(self, nodes: str, out: Path, *extra: str | Path, pairs: bool = True) -> list[str | Path]:
+        argv: list[str | Path] = [
             "sweep",
             nodes,
             "-p",
@@ -124,17 +126,15 @@ class Site:
             f"{self.root}/records/{{node}}.json",
             "--run-timeout",
             "60",
-            "--pairs",
-            "--topology",
-            self.topology,
-            "--pairs-timeout",
-            "60",
             "--out-json",
             out,
             *extra,
-            timeout=240,
-            env={"PATH": self.path},
-        )
+        ]
+        return argv + (["--pairs", "--topology", self.topology, "--pairs-timeout", "60"] if pairs else [])
+
+    def sweep(self, slurm: SlurmCluster, nodes: str, *extra: str | Path) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+        out = self.root / f"sweep-{time.monotonic_ns()}.json"
+        proc = slurm.clustercheck(*self.args(nodes, out, *extra), timeout=240, env={"PATH": self.path})
         assert out.exists(), proc.stdout + proc.stderr + slurm.logs()
         return proc.returncode, json.loads(out.read_text()), proc.stdout
 
@@ -228,6 +228,65 @@ def test_a_pair_slow_once_is_not_drained_and_a_failed_node_is_not_paired(slurm: 
         assert _check(doc, "p2")["status"] == "ok"
     finally:
         slurm.run("scontrol", "update", "NodeName=p5", "State=RESUME")
+
+
+@needs_slurm
+def test_sigterm_during_the_pairs_stops_their_jobs_and_deletes_the_reservation(slurm: SlurmCluster, site: Site) -> None:
+    (site.flags / "p2.hang").write_text("")
+    argv = [*CLUSTERCHECK, *map(str, site.args("p[2-3]", site.root / "out.json", "--reservation", "cc-pairs-term"))]
+    env = {**slurm.env, "PATH": site.path}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        slurm.wait_for(lambda: (site.flags / "calls").exists() and len(slurm.jobs()) == 1, 60, "the pair's run")
+        assert slurm.reservations() == ["cc-pairs-term"]
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=40)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3 and "interrupted by SIGTERM" in err and "Traceback" not in err, out + err
+    slurm.wait_for(lambda: slurm.jobs() == [], 20, "the pair's job to be gone")
+    assert slurm.reservations() == []
+    for node in ("p2", "p3"):  # passed their own runs, interrupted in the pairs: nothing drained
+        assert "DRAIN" not in slurm.state(node) and slurm.reason(node) is None
+    doc = json.loads((site.root / "out.json").read_text())
+    assert doc["hosts"]["p2"]["checks"][0]["status"] == "ok"
+
+
+@needs_slurm
+def test_the_sweep_measures_a_slow_nccl_loopback_twice_and_a_socket_fallback_once(
+    slurm: SlurmCluster, site: Site
+) -> None:
+    # the real nccl.loopback inside each node's allocation: slow (below 40 GB/s) and nothing else is
+    # `performance: true` (the slow recording has no GPUDirect RDMA: not required here, else that fails it)
+    site.profile.write_text("checks:\n  nccl.loopback:\n    min_busbw: 40\n    gpus: 8\n    require_gdr: false\n")
+    (site.flags / "p1.slow").write_text("always")
+    (site.flags / "p2.socket").write_text("")
+    out = site.root / "loop.json"
+    proc = slurm.clustercheck(*site.args("p[1-3]", out, pairs=False), timeout=240, env={"PATH": site.path})
+    try:
+        doc = json.loads(out.read_text())
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        done = {n: (o["done"], o["passes"]) for n, o in doc["sweep"].items()}
+        assert done == {"p1": ("drained", 2), "p2": ("drained", 1), "p3": ("passed", 1)}, done
+        assert (slurm.reason("p1") or "").endswith("action=INVESTIGATE") and "3.41 GB/s" in (slurm.reason("p1") or "")
+        assert "TCP sockets" in (slurm.reason("p2") or "") and (slurm.reason("p2") or "").endswith("action=FIX_CONFIG")
+        loop = doc["hosts"]["p1"]["checks"][0]
+        assert loop["data"]["performance"] is True and loop["data"]["first_pass"]["status"] == "fail"
+    finally:
+        for node in ("p1", "p2"):
+            slurm.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+
+
+@needs_slurm
+def test_dry_run_lists_the_pairs_it_would_run(slurm: SlurmCluster, site: Site) -> None:
+    out = site.root / "dry.json"
+    proc = slurm.clustercheck(*site.args("p[1-5]", out, "--dry-run"), env={"PATH": site.path})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for line in ("pair p1+p2 (s1): would run", "pair p4+p5 (s2): would run", "pair p3+p4 (across s1|s2): would run"):
+        assert line in proc.stdout, proc.stdout
+    assert len(json.loads(out.read_text())["pairs"]["planned"]) == 5
+    assert not (site.flags / "calls").exists() and slurm.jobs() == []
 
 
 @needs_slurm

@@ -13,7 +13,12 @@ signals) is in clustercheck.commands.sweep; this module says, from what those pr
   check whose data says `performance: true` (a bandwidth, a throughput) is run once more
   before a drain, and the second measurement decides: one slow run is not a bad node;
 - what to do once the node is judged (`retest_decision`), through slurm.decide, the same rules
-  as `clustercheck health`, with the failed check's action in the drain reason.
+  as `clustercheck health`, with the failed check's action in the drain reason;
+- for `--pairs` (nccl.pairs): which pairs of the nodes that passed to measure together
+  (`leaf_groups`, `choose_pairs`, `schedule`), how (`pair_srun_argv`, inside the site's image),
+  each pair's verdict (`judge_pair`: nccl.loopback's judge, clustercheck.facts.nccl_run), the
+  straggler (`stragglers`: slow in every pair it is in, proven by a partner fast elsewhere) and
+  each node's `nccl.pairs` result (`pair_results`).
 """
 
 from __future__ import annotations
@@ -541,6 +546,6 @@ def _pair_line(run: PairRun, node: str) -> str:
     other = run.pair.b if run.pair.a == node else run.pair.a
     where = "across leaves" if run.pair.across else f"leaf {run.pair.leaf}"
     if run.busbw is None:
-        return f"with {other} ({where}): {run.status.value}"
+        return f"with {other} ({where}): {run.transport + ', ' if run.transport else ''}{run.status.value}"
     gdr = {True: "GDR", False: "no GDR"}.get(run.gdr, "GDR ?") if run.gdr is not None else "GDR ?"
     return f"with {other} ({where}): {run.transport or '?'}, {gdr}, {run.busbw:g} GB/s"

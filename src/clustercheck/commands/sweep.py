@@ -17,6 +17,16 @@ without a reason, and no reservation behind.
 
 `--ssh HOSTLIST` runs the profile over SSH (the fleet runner) on nodes not yet in a partition:
 the same second pass and report, nothing to drain.
+
+`--pairs` (nccl.pairs) then runs two-node `all_reduce_perf` (`srun -w A,B -N2 --exclusive
+--immediate`, in the same reservation) on pairs of the nodes that passed, chosen from Slurm's
+topology (--topology, else topology.yaml/topology.conf beside slurm.conf: a ring within each leaf
+switch, one pair across each leaf boundary), in rounds of pairs that share no node, inside the
+site's image (`--pairs-image`: srun --container-image for Pyxis/Enroot, or `apptainer exec --nv`
+with `--pairs-mounts` as its binds), with NCCL_DEBUG=INFO, judged by nccl.loopback's judge
+(clustercheck.facts.nccl_run). The straggler, the node slow in every pair it is in, is measured
+again and drained (INVESTIGATE) only when the second pass confirms it; a pair that fails
+otherwise (TCP sockets, no GPUDirect RDMA) fails both of its nodes in the report, undrained.
 """
 
 from __future__ import annotations
@@ -75,6 +85,23 @@ class Outcome(NamedTuple):
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in self._asdict().items()}
 
 
+class PairOptions(NamedTuple):
+    """`--pairs`: two-node all_reduce_perf on pairs of the nodes that passed (nccl.pairs)."""
+
+    min_busbw: float = 20.0
+    image: str = ""
+    runtime: str = "pyxis"
+    mounts: str = ""
+    expect: str = ""
+    require_gdr: bool = True
+    binary: str = "all_reduce_perf"
+    srun_args: tuple[str, ...] = ()
+    timeout: float = 300.0
+    topology: str | None = None
+    min_bytes: str = "8M"
+    max_bytes: str = "1G"
+
+
 class Options(NamedTuple):
     nodes: str | None = None
     partition: str | None = None
@@ -93,23 +120,6 @@ class Options(NamedTuple):
     dry_run: bool = False
     second_pass: bool = True
     pairs: PairOptions | None = None
-
-
-class PairOptions(NamedTuple):
-    """`--pairs`: two-node all_reduce_perf on pairs of the nodes that passed (nccl.pairs)."""
-
-    min_busbw: float = 20.0
-    image: str = ""
-    runtime: str = "pyxis"
-    mounts: str = ""
-    expect: str = ""
-    require_gdr: bool = True
-    binary: str = "all_reduce_perf"
-    srun_args: tuple[str, ...] = ()
-    timeout: float = 300.0
-    topology: str | None = None
-    min_bytes: str = "8M"
-    max_bytes: str = "1G"
 
 
 class Sweeper:
@@ -207,6 +217,8 @@ class Sweeper:
             if self.stopping:
                 return "the sweep is stopping"
         minutes = (1 + self.opts.second_pass) * logic.time_limit_minutes(self.opts.run_timeout) + 5
+        if self.opts.pairs is not None:  # the pairs' rounds after the nodes (a ring and the boundaries: 8 at most)
+            minutes += (1 + self.opts.second_pass) * 8 * logic.time_limit_minutes(self.opts.pairs.timeout)
         argv = logic.reservation_argv(name, nodes, user=self.user, minutes=minutes, scontrol=self.opts.scontrol)
         made = slurm_mod._scontrol(argv, self.opts.scontrol_timeout)
         if not made.ok:
@@ -929,6 +941,11 @@ def sweep(
     touched, and a node this sweep drained is resumed only once it passes. A failed performance
     check is measured once more before a drain. SIGTERM drains again what it had resumed and
     deletes the reservations it made. The exit code is the merged report's.
+
+    --pairs: then two-node all_reduce_perf (srun -N2) on pairs of the nodes that passed, within
+    each leaf switch of Slurm's topology and across each leaf boundary, inside --pairs-image;
+    each pair's transport, GPUDirect RDMA and bus bandwidth go in the report, and the node slow in
+    every pair it is in is drained (INVESTIGATE) once a second measurement confirms it.
     """
     for path, option in ((out_json, "--out-json"), (out_html, "--out-html")):
         cli.check_output(path, option)
