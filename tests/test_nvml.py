@@ -175,6 +175,41 @@ class FakeGpu:
             raise value
         return value
 
+    def link(self, link: int) -> tuple[Any, ...]:
+        links = self.answers.get("nvlink", not_supported())
+        if isinstance(links, Exception):
+            raise links
+        if link not in links:  # a link number this GPU has not
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return links[link]  # type: ignore[no-any-return]
+
+    def field_values(self, ids: list[Any]) -> list[Any]:
+        """nvmlFieldValue_t for (NVML_FI_DEV_NVLINK_GET_SPEED, link) requests: uiVal in MBps."""
+        out = []
+        for request in ids:
+            field, link = request if isinstance(request, tuple) else (request, 0)
+            value = pynvml.c_nvmlFieldValue_t()
+            value.fieldId, value.scopeId = field, link
+            if field == pynvml.NVML_FI_DEV_NVLINK_GET_SPEED and link in self.answers.get("nvlink", {}):
+                value.valueType, value.nvmlReturn = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_SUCCESS
+                value.value.uiVal = self.answers["nvlink"][link][2]
+            else:
+                value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            out.append(value)
+        return out
+
+    def fabric(self, call: str, ref: Any) -> int:
+        answer = self.answers.get("fabric", not_supported())
+        if isinstance(answer, Exception):
+            raise answer
+        info = ref._obj  # the struct the probe passed by reference, filled as libnvidia-ml fills it
+        if call != "nvmlDeviceGetGpuFabricInfoV" or not isinstance(info, pynvml.c_nvmlGpuFabricInfo_v3_t):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        state, status, clique, cluster, health = answer
+        info.state, info.status, info.cliqueId, info.healthSummary = state, status, clique, health
+        info.clusterUuid[:] = list(cluster)
+        return int(pynvml.NVML_SUCCESS)
+
 
 def fake_nvml(mocker: MockerFixture, driver: bytes, cuda: int, gpus: list[FakeGpu | Exception]) -> None:
     """Patch pynvml's functions to answer for these GPUs (an Exception: the handle cannot be had)."""
@@ -241,6 +276,14 @@ def fake_nvml(mocker: MockerFixture, driver: bytes, cuda: int, gpus: list[FakeGp
         return names[pid]
 
     mocker.patch.object(pynvml, "nvmlSystemGetProcessName", side_effect=process_name)
+    # NVLink: "nvlink" answers {link: (active, version, speed MBps, (replay, recovery, crc flit, crc data))}
+    mocker.patch.object(pynvml, "nvmlDeviceGetNvLinkState", side_effect=lambda h, link: h.link(link)[0])
+    mocker.patch.object(pynvml, "nvmlDeviceGetNvLinkVersion", side_effect=lambda h, link: h.link(link)[1])
+    mocker.patch.object(pynvml, "nvmlDeviceGetNvLinkErrorCounter", side_effect=lambda h, link, c: h.link(link)[3][c])
+    mocker.patch.object(pynvml, "nvmlDeviceGetFieldValues", side_effect=lambda h, ids: h.field_values(ids))
+    # the fabric: "fabric" answers (state, status, clique id, cluster uuid bytes, health summary) or an error
+    for call in ("nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetGpuFabricInfo"):
+        mocker.patch.object(pynvml, call, side_effect=lambda h, ref, _c=call: h.fabric(_c, ref))
 
 
 class Pci:
@@ -281,6 +324,8 @@ VOL, AGG = pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC
 SBE = pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
 DBE = pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
 TEMP = pynvml.NVML_TEMPERATURE_GPU
+
+NO_SYMBOL = pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
 
 # The GPU states of the three corpus files, as NVML reports them.
 A100_NVML = FakeGpu(
@@ -346,6 +391,7 @@ A10G_NVML = FakeGpu(
         "nvmlDeviceGetComputeRunningProcesses": [],
         "nvmlDeviceGetGraphicsRunningProcesses": [Proc(725, 22, b"/usr/lib/xorg/Xorg")],
         "names": [Proc(725, 22, b"/usr/lib/xorg/Xorg")],
+        "fabric": NO_SYMBOL,  # libnvidia-ml 515 predates the fabric calls (its XML has no <fabric>)
         **clocks((1710, 6251), (1710, 6251), (1710, 6251)),
     }
 )
@@ -380,6 +426,7 @@ T4_NVML = FakeGpu(
         "nvmlDeviceGetComputeRunningProcesses": [Proc(5762, 1005, b"python")],
         "nvmlDeviceGetGraphicsRunningProcesses": [Proc(675, 22, b"/usr/lib/xorg/Xorg")],
         "names": [Proc(675, 22, b"/usr/lib/xorg/Xorg"), Proc(5762, 1005, b"python")],
+        "fabric": NO_SYMBOL,
         **clocks((585, 5001), (585, 5001), (1590, 5001)),
     }
 )
@@ -403,11 +450,14 @@ def test_nvml_and_nvidia_smi_give_equal_records(
     assert from_nvml["source"] == "nvml" and from_xml["source"] == "nvidia-smi"
     # what NVML said it does not support is NVML's own knowledge (the XML prints N/A): the rest is equal
     said = from_nvml["gpus"][0].pop("unsupported", [])
+    # NVLink comes from NVML alone (nvidia-smi -q -x prints no NVLink block): these GPUs answer NOT_SUPPORTED
+    assert from_nvml["gpus"][0].pop("nvlinks", []) == [] and "nvlinks" not in from_xml["gpus"][0]
     # nor has NVML a call for the slot's own maximum generation (its max is the lower of GPU and slot)
     from_xml["gpus"][0].pop("pcie_gen_host_max", None)
     assert without_source(from_nvml) == without_source(from_xml)
     # the XML's host-side generation has no NVML call; the fields the files leave N/A are NOT_SUPPORTED
-    assert "pcie_gen_host_max" not in said and all(from_xml["gpus"][0].get(f) is None for f in said)
+    # (the fabric state is the XML's N/A, which NVML's NOT_SUPPORTED also records)
+    assert "pcie_gen_host_max" not in said and all(from_xml["gpus"][0].get(f) in (None, "N/A") for f in said)
 
 
 def test_a_lost_gpu_is_listed_with_its_error(mocker: MockerFixture) -> None:

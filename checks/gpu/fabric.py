@@ -1,6 +1,8 @@
 """The NVSwitch fabric: nvidia-fabricmanager running, every GPU's fabric Completed/Success, no SXid.
 
-Reads the `Fabric` block of `nvidia-smi -q` per GPU, `systemctl is-active nvidia-fabricmanager`
+Reads each GPU's fabric state from the GPU record (probe `nvml`: NVML's fabric info in-process, the
+<fabric> block of `nvidia-smi -q -x` over SSH) where it carries one, else the `Fabric` block of
+`nvidia-smi -q` per GPU; `systemctl is-active nvidia-fabricmanager`
 (or the `nv-fabricmanager` process where systemctl is not there), and the kernel log for NVSwitch
 devices and SXid events. Parsers: clustercheck.facts.nvlink.
 """
@@ -11,9 +13,11 @@ from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import HostError
 from clustercheck.facts.gpu import gpus
 from clustercheck.facts.kernel_log import kernel_log, parse_xids
-from clustercheck.facts.nvlink import SxidEvent, nvswitches_in_log, parse_q_fabric, parse_sxids
+from clustercheck.facts.nvlink import SxidEvent, fabric_from_record, nvswitches_in_log, parse_q_fabric, parse_sxids
 
 from . import _usable
+
+_ORIGIN = {"nvml": "NVML fabric info", "nvidia-smi": "`nvidia-smi -q -x` <fabric>"}
 
 SYMPTOM = (
     'until the fabric is up CUDA fails at start with "system not yet initialized" '
@@ -61,8 +65,10 @@ def fabric(host: Host, *, ignore_sxid: tuple[str, ...] = ()) -> Result:
     (kubernetes-sigs/dra-driver-nvidia-gpu#626) cannot run NVLink jobs either. NVSwitch errors
     (SXid) that NVIDIA classes as fatal need the GPUs and NVSwitches reset.
 
-    How: the `Fabric` block of `nvidia-smi -q` for every GPU (State, Status, Health Summary)
-    and the kernel log (`dmesg`, or `journalctl -k -b`): NVSwitches are present where a GPU's
+    How: every GPU's fabric state, status and health: NVML's (nvmlDeviceGetGpuFabricInfoV) or
+    the <fabric> block of `nvidia-smi -q -x`, as the GPU record has them, else the `Fabric` block
+    of `nvidia-smi -q` (State, Status, Health Summary); data `source` says which. And the kernel
+    log (`dmesg`, or `journalctl -k -b`): NVSwitches are present where a GPU's
     fabric state is not N/A or the kernel log names `nvidia-nvswitchN` devices. Without either:
     skip, "no NVSwitch: fabric manager not needed". With local NVSwitches, nvidia-fabricmanager
     must be active (`systemctl is-active`, else the nv-fabricmanager process). State other than
@@ -85,15 +91,21 @@ def fabric(host: Host, *, ignore_sxid: tuple[str, ...] = ()) -> Result:
     usable = _usable(record)
     if isinstance(usable, Result):
         return usable
-    query = host.run("nvidia-smi", "-q")
-    if not query.ok:
-        said = (query.stderr or query.stdout).strip()[:200] or "no output"
-        raise HostError(host.name, f"cannot tell: `nvidia-smi -q` {query.describe()}: {said}")
-    blocks = parse_q_fabric(query.stdout)
+    recorded = fabric_from_record(usable)
+    if recorded is not None:
+        blocks, origin = recorded, record.source or "nvml"
+        said_blocks = f"GPU record ({_ORIGIN.get(origin, origin)}): {len(blocks)} GPUs"
+    else:
+        query = host.run("nvidia-smi", "-q")
+        if not query.ok:
+            said = (query.stderr or query.stdout).strip()[:200] or "no output"
+            raise HostError(host.name, f"cannot tell: `nvidia-smi -q` {query.describe()}: {said}")
+        blocks, origin = parse_q_fabric(query.stdout), "nvidia-smi -q"
+        said_blocks = f"`nvidia-smi -q`: {len(blocks)} Fabric blocks"
     log, source = kernel_log(host)
     switches = nvswitches_in_log(log)
     attached = [b for b in blocks if b.supported]
-    evidence = [f"`nvidia-smi -q`: {len(blocks)} Fabric blocks, {len(attached)} with a fabric state"]
+    evidence = [f"{said_blocks}, {len(attached)} with a fabric state"]
     evidence += [
         f"GPU {b.bus_id or '?'}: State {b.state or '?'}, Status {b.status or '?'}"
         + (f", Health {b.health}" if b.health else "")
@@ -104,7 +116,7 @@ def fabric(host: Host, *, ignore_sxid: tuple[str, ...] = ()) -> Result:
         f"kernel log (`{source}`): "
         + (f"NVSwitch devices {', '.join(switches)}" if switches else "no nvidia-nvswitch device named")
     )
-    data: dict[str, object] = {"nvswitches": switches, "fabric_gpus": len(attached)}
+    data: dict[str, object] = {"nvswitches": switches, "fabric_gpus": len(attached), "source": origin}
     if not attached and not switches:
         return skip(
             "no NVSwitch: fabric manager not needed (every GPU's fabric state is N/A and the kernel log names "

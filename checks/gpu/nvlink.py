@@ -1,8 +1,9 @@
 """NVLink: every link of every GPU up, at the expected count and speed, error counters low.
 
-Reads `nvidia-smi nvlink -s` (link state and speed per link) and `nvidia-smi nvlink -e` (Replay,
-Recovery and CRC error counters per link), and the GPU record (probe `nvml`) for the GPUs the node
-has. Parsers: clustercheck.facts.nvlink. Nothing here resets or retrains a link.
+Reads the GPU record (probe `nvml`): where NVML answered for NVLink (state, speed and error counters
+per link, NVML in-process), that; otherwise `nvidia-smi nvlink -s` (link state and speed per link)
+and `nvidia-smi nvlink -e` (Replay, Recovery and CRC error counters per link). Parsers:
+clustercheck.facts.nvlink. Nothing here resets or retrains a link.
 """
 
 from __future__ import annotations
@@ -10,7 +11,15 @@ from __future__ import annotations
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import HostError
 from clustercheck.facts.gpu import gpus
-from clustercheck.facts.nvlink import GpuLinks, expected_for, parse_nvlink_errors, parse_nvlink_status
+from clustercheck.facts.nvlink import (
+    GpuLinkErrors,
+    GpuLinks,
+    errors_from_record,
+    expected_for,
+    parse_nvlink_errors,
+    parse_nvlink_status,
+    status_from_record,
+)
 
 from . import _usable
 
@@ -51,14 +60,17 @@ def nvlink(
     GPU with all links inactive cannot join the fabric at all. DCGM's diagnostics can pass with
     every NVLink down (NVIDIA/DCGM#198), so the links are judged on their own.
 
-    How: `nvidia-smi nvlink -s` lists each GPU's links ("Link 3: 26.562 GB/s" or
-    "<inactive>"; "all links are inactive" for a GPU without one). Fails naming the GPU and
+    How: NVML's link state, speed (NVML_FI_DEV_NVLINK_GET_SPEED) and error counters where the
+    GPU record has them (probe `nvml` in-process); otherwise `nvidia-smi nvlink -s`, which lists
+    each GPU's links ("Link 3: 26.562 GB/s" or "<inactive>"; "all links are inactive" for a GPU
+    without one). Both are judged alike (data `source` says which). Fails naming the GPU and
     link for an inactive link, fewer active links than expected, or a link slower than
     expected. `expected_links` / `min_speed` at 0 are learned from the GPU model where its
     numbers are known (domain-facts §I.1: V100-SXM2 6 x 25.781, A100-SXM4 12 x 25, H100 SXM
     18 x 26.562 GB/s); otherwise every link a GPU lists must be active. `nvidia-smi nvlink -e`
     counters (cumulative since the driver loaded or the GPU was reset) warn above
-    `max_crc_errors`, `max_replay_errors`, `max_recovery_errors` on any link. A node whose GPUs
+    `max_crc_errors`, `max_replay_errors`, `max_recovery_errors` on any link (NVML: CRC is the
+    flit and data CRC counters added). A node whose GPUs
     have no NVLink (A10, one PCIe GPU: nvidia-smi prints nothing) skips, unless links are
     expected there.
 
@@ -70,12 +82,29 @@ def nvlink(
     usable = _usable(record)
     if isinstance(usable, Result):
         return usable
-    text = _nvidia_smi(host, "nvlink", "-s")
-    if text is None:
-        return skip("`nvidia-smi nvlink -s` says NVLink is not supported on these GPUs", data={"no_nvlink": True})
-    status = parse_nvlink_status(text)
     names = {g.index: g.name or "" for g in usable}
     learned = {g.index: expected_for(g.name or "") for g in usable}
+    wanted_any = expected_links or max((n for n, _ in learned.values()), default=0)
+    status = status_from_record(usable)
+    recorded_errors: list[GpuLinkErrors] | None = None
+    if status is not None and not status.gpus and wanted_any:
+        status = None  # NVML says no NVLink where links are expected: ask nvidia-smi before judging
+    if status is not None:
+        source = "nvml"
+        recorded_errors = errors_from_record(usable)
+    else:
+        source = "nvidia-smi"
+        text = _nvidia_smi(host, "nvlink", "-s")
+        if text is None:
+            return skip("`nvidia-smi nvlink -s` says NVLink is not supported on these GPUs", data={"no_nvlink": True})
+        status = parse_nvlink_status(text)
+    if not status.gpus and source == "nvml":
+        models = ", ".join(sorted(set(names.values()))) or "these GPUs"
+        return skip(
+            f"no NVLink on this node ({models}: NVML reports no NVLink, NOT_SUPPORTED)",
+            data={"no_nvlink": True, "source": source},
+            evidence=[f"{g.label}: {g.name}" for g in usable],
+        )
     if not status.gpus:
         wanted = expected_links or max((n for n, _ in learned.values()), default=0)
         if status.stray:
@@ -123,8 +152,11 @@ def nvlink(
                 "expected_links": want_links,
             }
         )
-    errors = _error_warnings(host, max_crc_errors, max_replay_errors, max_recovery_errors, evidence)
-    data = {"gpus": table, "problems": problems, "error_counters": errors}
+    evidence.insert(
+        0, "NVLink state from NVML (probe nvml)" if source == "nvml" else "NVLink state from `nvidia-smi nvlink -s`"
+    )
+    errors = _error_warnings(host, max_crc_errors, max_replay_errors, max_recovery_errors, evidence, recorded_errors)
+    data = {"gpus": table, "problems": problems, "error_counters": errors, "source": source}
     if problems:
         bridged = any(_bridged(g.name) for g in status.gpus)
         return fail(
@@ -172,12 +204,23 @@ def _link_problems(g: GpuLinks, want_links: int, want_speed: float) -> list[str]
     return out
 
 
-def _error_warnings(host: Host, max_crc: int, max_replay: int, max_recovery: int, evidence: list[str]) -> list[str]:
-    text = _nvidia_smi(host, "nvlink", "-e")
-    if text is None:
-        evidence.append("`nvidia-smi nvlink -e`: error counters not supported here (not judged)")
-        return []
-    counters = parse_nvlink_errors(text)
+def _error_warnings(
+    host: Host,
+    max_crc: int,
+    max_replay: int,
+    max_recovery: int,
+    evidence: list[str],
+    recorded: list[GpuLinkErrors] | None = None,
+) -> list[str]:
+    """Warnings for counters above their limits: NVML's from the record, else `nvidia-smi nvlink -e`'s."""
+    if recorded is not None:
+        counters = recorded
+    else:
+        text = _nvidia_smi(host, "nvlink", "-e")
+        if text is None:
+            evidence.append("`nvidia-smi nvlink -e`: error counters not supported here (not judged)")
+            return []
+        counters = parse_nvlink_errors(text)
     if not counters:
         evidence.append("`nvidia-smi nvlink -e` listed no counters (not judged)")
         return []

@@ -13,12 +13,20 @@ Sources (each a pure parser, linear in its input, tested on real outputs in test
 - `nvidia-smi topo -m`: the matrix of GPU and NIC relations (X, NV#, PIX, PXB, PHB, NODE, SYS),
   columns separated by tabs or runs of spaces, CPU/NUMA affinity columns, the NIC legend.
 - the kernel log: NVSwitch `SXid` lines, classified with NVIDIA's SXid tables (domain-facts §I).
+- the GPU record (probe `nvml`): where NVML answered for NVLink and the fabric, `status_from_record`,
+  `errors_from_record` and `fabric_from_record` give the same objects the nvidia-smi readers give, so
+  gpu.nvlink and gpu.fabric judge either source with one code path.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clustercheck.probes.nvml import Gpu
 
 # -- nvidia-smi nvlink -s ---------------------------------------------------------------------------
 
@@ -211,6 +219,75 @@ def parse_q_fabric(text: str) -> list[GpuFabric]:
         elif key == "ClusterUUID":
             current.cluster_uuid = value
     return blocks
+
+
+# -- the same, from the GPU record (NVML) ---------------------------------------------------------------
+
+#: what nvidia-smi prints for a GPU whose links are all down; NVML says it by every link's state
+ALL_INACTIVE = "all links are inactive (NVML: no link of this GPU is in state active)"
+
+
+def status_from_record(gpus: Sequence[Gpu]) -> NvlinkStatus | None:
+    """The NVLink state NVML put in the record, as `parse_nvlink_status` reads `nvidia-smi nvlink -s`;
+    None unless every GPU carries it (nvlinks asked, a speed for every active link): then nvidia-smi is asked.
+
+    A GPU without NVLink (nvlinks `()`) is left out, as nvidia-smi prints nothing for it; speeds are
+    NVML's MBps as GB/s (26562 -> 26.562, the figure `nvidia-smi nvlink -s` prints)."""
+    out: list[GpuLinks] = []
+    for g in gpus:
+        if g.nvlinks is None or any(link.active and link.speed_mbps is None for link in g.nvlinks):
+            return None
+        if not g.nvlinks:
+            continue
+        entry = GpuLinks(g.index, g.name or "", g.uuid, 0)
+        if not any(link.active for link in g.nvlinks):
+            entry.messages.append(ALL_INACTIVE)
+        else:
+            for link in sorted(g.nvlinks, key=lambda x: x.link):
+                speed = link.speed_mbps / 1000 if link.active and link.speed_mbps is not None else None
+                entry.links.append(
+                    LinkStatus(link.link, speed, f"{speed:g} GB/s" if speed is not None else "<inactive>")
+                )
+        out.append(entry)
+    return NvlinkStatus(out, [])
+
+
+def errors_from_record(gpus: Sequence[Gpu]) -> list[GpuLinkErrors] | None:
+    """NVML's error counters in the record, as `parse_nvlink_errors` reads `nvidia-smi nvlink -e`
+    (Replay, Recovery, and CRC: the flit and data CRC counters added); None when NVML reported none."""
+    out: list[GpuLinkErrors] = []
+    known = False
+    for g in gpus:
+        if not g.nvlinks:
+            continue
+        entry = GpuLinkErrors(g.index, g.name or "", g.uuid)
+        for link in sorted(g.nvlinks, key=lambda x: x.link):
+            crc = [v for v in (link.crc_flit_errors, link.crc_data_errors) if v is not None]
+            values = {"Replay": link.replay_errors, "Recovery": link.recovery_errors, "CRC": sum(crc) if crc else None}
+            if any(v is not None for v in values.values()):
+                known = True
+                entry.counters[link.link] = values
+        out.append(entry)
+    return out if known else None
+
+
+def fabric_from_record(gpus: Sequence[Gpu]) -> list[GpuFabric] | None:
+    """The fabric NVML (or `-q -x`) put in the record, as `parse_q_fabric` reads `nvidia-smi -q`; None
+    unless every GPU carries a fabric state (then `nvidia-smi -q` is asked)."""
+    if not gpus or any(g.fabric_state is None for g in gpus):
+        return None
+    return [
+        GpuFabric(
+            g.pci_bus_id,
+            0,
+            state=g.fabric_state,
+            status=g.fabric_status or ("N/A" if g.fabric_state else None),
+            clique_id=str(g.fabric_clique_id) if g.fabric_clique_id is not None else None,
+            cluster_uuid=g.fabric_cluster_uuid,
+            health=g.fabric_health,
+        )
+        for g in gpus
+    ]
 
 
 # -- nvidia-smi topo -m -------------------------------------------------------------------------------

@@ -82,6 +82,26 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class NvLink:
+    """One NVLink of a GPU as NVML reports it; None = not reported for this link."""
+
+    link: int
+    active: bool
+    version: int | None = None  # nvmlDeviceGetNvLinkVersion's answer, as NVML gives it
+    speed_mbps: int | None = None  # NVML_FI_DEV_NVLINK_GET_SPEED (MBps; nvidia-smi nvlink -s prints it as GB/s)
+    replay_errors: int | None = None  # nvmlDeviceGetNvLinkErrorCounter NVML_NVLINK_ERROR_DL_REPLAY
+    recovery_errors: int | None = None  # ... NVML_NVLINK_ERROR_DL_RECOVERY
+    crc_flit_errors: int | None = None  # ... NVML_NVLINK_ERROR_DL_CRC_FLIT
+    crc_data_errors: int | None = None  # ... NVML_NVLINK_ERROR_DL_CRC_DATA
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+_NVLINK_INTS = ("version", "speed_mbps", "replay_errors", "recovery_errors", "crc_flit_errors", "crc_data_errors")
+
+
+@dataclass(frozen=True)
 class Gpu:
     """One GPU as the record describes it; None = not reported by this GPU or driver."""
 
@@ -130,6 +150,15 @@ class Gpu:
     memory_used_mib: int | None = None
     memory_total_mib: int | None = None
     processes: tuple[GpuProcess, ...] | None = None  # None: not reported; () none running
+    # NVML only (`nvidia-smi -q -x` has no NVLink block): None not asked; () the GPU has no NVLink
+    nvlinks: tuple[NvLink, ...] | None = None
+    # the GPU's NVSwitch fabric (NVML nvmlDeviceGetGpuFabricInfoV; the XML's <fabric>): state "Completed",
+    # "In Progress", "Not Started", or "N/A" where the GPU has no fabric; None where nothing says
+    fabric_state: str | None = None
+    fabric_status: str | None = None  # "Success" or the failure ("Insufficient Resources"); only once Completed
+    fabric_clique_id: int | None = None
+    fabric_cluster_uuid: str | None = None
+    fabric_health: str | None = None  # the health summary: Healthy, Unhealthy, Limited Capacity
     unsupported: tuple[str, ...] | None = None  # fields NVML answered NOT_SUPPORTED for this GPU
     error: str | None = None  # the GPU could not be queried at all (e.g. "GPU is lost")
 
@@ -152,6 +181,8 @@ class Gpu:
                 out[name] = list(out[name])
         if self.processes is not None:
             out["processes"] = [p.to_json() for p in self.processes]
+        if self.nvlinks is not None:
+            out["nvlinks"] = [link.to_json() for link in self.nvlinks]
         # fields added after the first records: left out while unknown, so older records and
         # golden outputs keep their shape
         for name in _LATER_FIELDS:
@@ -233,6 +264,8 @@ def _gpu_from_json(position: int, obj: object) -> Gpu:
             values[name] = tuple(value)
         elif name == "processes" and isinstance(value, list):
             values[name] = tuple(_process_from_json(f"{where}.processes[{i}]", p) for i, p in enumerate(value))
+        elif name == "nvlinks" and isinstance(value, list):
+            values[name] = tuple(_nvlink_from_json(f"{where}.nvlinks[{i}]", p) for i, p in enumerate(value))
         else:
             raise ValueError(f"{where}.{name} is {value!r}, which is not a valid value for it")
     if "index" not in values or values["index"] is None:
@@ -252,6 +285,24 @@ def _process_from_json(where: str, obj: object) -> GpuProcess:
         if text is not None and not isinstance(text, str):
             raise ValueError(f"{where}.{label} is {text!r}, not a string")
     return GpuProcess(pid, name, used, kind)
+
+
+def _nvlink_from_json(where: str, obj: object) -> NvLink:
+    names = {"link", "active", *_NVLINK_INTS}
+    if not isinstance(obj, dict) or set(obj) - names:
+        raise ValueError(f"{where} is {obj!r}, not an NVLink ({', '.join(sorted(names))})")
+    link, active = obj.get("link"), obj.get("active")
+    if not isinstance(link, int) or isinstance(link, bool) or not 0 <= link < 1024:
+        raise ValueError(f"{where}.link is {link!r}, not a link number")
+    if not isinstance(active, bool):
+        raise ValueError(f"{where}.active is {active!r}, not true or false")
+    counts: dict[str, int | None] = {}
+    for name in _NVLINK_INTS:
+        value = obj.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ValueError(f"{where}.{name} is {value!r}, not a count")
+        counts[name] = value
+    return NvLink(link, active, **counts)
 
 
 def format_cuda_version(encoded: int) -> str:
@@ -353,6 +404,23 @@ def _pci_bus_id(text: str | None) -> str | None:
     return text.upper() if text else None
 
 
+def _xml_fabric(gpu: ElementTree.Element) -> dict[str, Any]:
+    """The <fabric> block (535 and later): <state>, <status>, <cliqueId>, <clusterUuid>; {} without one.
+
+    State N/A (the GPU has no NVSwitch fabric) stays "N/A", so the record says the driver was asked."""
+    block = gpu.find("fabric")
+    if block is None:
+        return {}
+    raw = (block.findtext("state") or "").strip()
+    state = raw if raw and raw not in NOT_VALUES else ("N/A" if raw else None)
+    return {
+        "fabric_state": state,
+        "fabric_status": _text(block, "status"),
+        "fabric_clique_id": _int(_text(block, "cliqueId")),
+        "fabric_cluster_uuid": _text(block, "clusterUuid"),
+    }
+
+
 def parse_nvidia_smi_xml(text: str) -> GpuRecord:
     """`nvidia-smi -q -x` output -> the normalized record; ValueError for XML that does not parse.
 
@@ -422,6 +490,7 @@ def parse_nvidia_smi_xml(text: str) -> GpuRecord:
                 memory_used_mib=_int(_text(gpu, "fb_memory_usage/used")),
                 memory_total_mib=_int(_text(gpu, "fb_memory_usage/total")),
                 processes=_xml_processes(gpu),
+                **_xml_fabric(gpu),
             )
         )
     return GpuRecord(
@@ -614,6 +683,8 @@ def _nvml_gpu(nv: Any, get: Callable[..., Any], index: int) -> Gpu:
         memory_used_mib=int(memory.used) // (1 << 20) if memory is not None else None,
         memory_total_mib=int(memory.total) // (1 << 20) if memory is not None else None,
         processes=_nvml_processes(nv, ask, handle),
+        nvlinks=_nvml_nvlinks(nv, handle, unsupported),
+        **_nvml_fabric(nv, handle, unsupported),
     )
     if unsupported:
         return replace(gpu, unsupported=tuple(unsupported))
@@ -642,6 +713,142 @@ def _nvml_processes(nv: Any, ask: Callable[..., Any], handle: Any) -> tuple[GpuP
             name = None
         found.append(GpuProcess(pid, name, used[pid], kinds[pid]))
     return tuple(found)
+
+
+# nvmlGpuFabricState_t (NVML_GPU_FABRIC_STATE_*) and the health summary (NVML_GPU_FABRIC_HEALTH_SUMMARY_*)
+# under the words `nvidia-smi -q` prints for them
+FABRIC_STATES = {0: "N/A", 1: "Not Started", 2: "In Progress", 3: "Completed"}
+FABRIC_HEALTH = {1: "Healthy", 2: "Unhealthy", 3: "Limited Capacity"}
+
+
+def _nvml_return_name(nv: Any, code: int) -> str:
+    """An nvmlReturn_t as `nvidia-smi -q` words a fabric status: 0 Success, NVML_ERROR_INSUFFICIENT_RESOURCES
+    Insufficient Resources (the pynvml constant's name, title-cased)."""
+    if code == 0:
+        return "Success"
+    for name in dir(nv):
+        if name.startswith("NVML_ERROR_") and getattr(nv, name) == code:
+            return name.removeprefix("NVML_ERROR_").replace("_", " ").title()
+    return f"NVML error {code}"
+
+
+def _nvml_fabric(nv: Any, handle: Any, unsupported: list[str]) -> dict[str, Any]:
+    """The GPU's fabric info: nvmlDeviceGetGpuFabricInfoV with the v3 struct (health summary), else v2,
+    else the older nvmlDeviceGetGpuFabricInfo; NOT_SUPPORTED: "N/A" (no fabric), never an error."""
+    import ctypes
+
+    info: Any = None
+    summary = False
+    attempts = (
+        ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v3_t", True),
+        ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfo_v2_t", False),
+        ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t", False),
+    )
+    for call, struct, has_summary in attempts:
+        if not hasattr(nv, call) or not hasattr(nv, struct):
+            continue
+        candidate = getattr(nv, struct)()
+        try:
+            getattr(nv, call)(handle, ctypes.byref(candidate))
+        except nv.NVMLError as exc:
+            if exc.value == nv.NVML_ERROR_NOT_SUPPORTED:
+                unsupported.append("fabric_state")
+                return {"fabric_state": "N/A"}
+            continue  # an older library or driver: a version mismatch, a missing symbol; try the next
+        info, summary = candidate, has_summary
+        break
+    if info is None:
+        return {}
+    state = FABRIC_STATES.get(int(info.state))
+    if state is None:
+        return {}
+    if state == "N/A":
+        unsupported.append("fabric_state")
+        return {"fabric_state": state}
+    completed = state == "Completed"
+    return {
+        "fabric_state": state,
+        "fabric_status": _nvml_return_name(nv, int(info.status)) if completed else None,
+        "fabric_clique_id": int(info.cliqueId) if completed else None,
+        "fabric_cluster_uuid": str(_uuid_of(bytes(info.clusterUuid))) if completed else None,
+        "fabric_health": FABRIC_HEALTH.get(int(info.healthSummary)) if summary else None,
+    }
+
+
+def _uuid_of(raw: bytes) -> str:
+    import uuid
+
+    return str(uuid.UUID(bytes=raw[:16].ljust(16, b"\0")))
+
+
+def _field_value(value: Any) -> int | None:
+    """An nvmlFieldValue_t's number by its valueType (NVML_VALUE_TYPE_*); None when NVML said it failed."""
+    if int(value.nvmlReturn) != 0:
+        return None
+    member = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}.get(
+        int(value.valueType)
+    )
+    return int(getattr(value.value, member)) if member else None
+
+
+def _nvml_nvlinks(nv: Any, handle: Any, unsupported: list[str]) -> tuple[NvLink, ...] | None:
+    """Every NVLink the GPU answers for, up to NVML_NVLINK_MAX_LINKS: state, version, speed, error counters.
+
+    NOT_SUPPORTED for link 0: the GPU has no NVLink, () (and "nvlinks" in `unsupported`); a link number
+    the GPU has not (INVALID_ARGUMENT, NOT_SUPPORTED) is left out; another failure for link 0 (an older
+    library): None, not reported."""
+    found: list[tuple[int, bool]] = []
+    for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))):
+        try:
+            state = nv.nvmlDeviceGetNvLinkState(handle, link)
+        except nv.NVMLError as exc:
+            if link == 0 and exc.value == nv.NVML_ERROR_NOT_SUPPORTED:
+                unsupported.append("nvlinks")
+                return ()
+            if link == 0 and exc.value != nv.NVML_ERROR_INVALID_ARGUMENT:
+                return None
+            continue
+        found.append((link, bool(state)))
+    if not found:
+        unsupported.append("nvlinks")
+        return ()
+
+    def count(call: Callable[..., Any], *args: Any) -> int | None:
+        try:
+            return int(call(handle, *args))
+        except nv.NVMLError:
+            return None
+
+    active = [link for link, up in found if up]
+    speeds: dict[int, int | None] = {}
+    if active:
+        try:
+            values = nv.nvmlDeviceGetFieldValues(handle, [(nv.NVML_FI_DEV_NVLINK_GET_SPEED, link) for link in active])
+            speeds = {link: _field_value(v) for link, v in zip(active, values, strict=False)}
+        except nv.NVMLError:
+            speeds = {}
+        if any(speeds.get(link) is None for link in active):  # a driver before the per-link field
+            try:
+                (common,) = nv.nvmlDeviceGetFieldValues(handle, [nv.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON])
+                shared = _field_value(common)
+            except (nv.NVMLError, ValueError):
+                shared = None
+            speeds = {link: speeds.get(link) or shared for link in active}
+    out = []
+    for link, up in found:
+        out.append(
+            NvLink(
+                link,
+                up,
+                version=count(nv.nvmlDeviceGetNvLinkVersion, link),
+                speed_mbps=speeds.get(link) if up else None,
+                replay_errors=count(nv.nvmlDeviceGetNvLinkErrorCounter, link, nv.NVML_NVLINK_ERROR_DL_REPLAY),
+                recovery_errors=count(nv.nvmlDeviceGetNvLinkErrorCounter, link, nv.NVML_NVLINK_ERROR_DL_RECOVERY),
+                crc_flit_errors=count(nv.nvmlDeviceGetNvLinkErrorCounter, link, nv.NVML_NVLINK_ERROR_DL_CRC_FLIT),
+                crc_data_errors=count(nv.nvmlDeviceGetNvLinkErrorCounter, link, nv.NVML_NVLINK_ERROR_DL_CRC_DATA),
+            )
+        )
+    return tuple(out)
 
 
 register_probe(Probe("nvml", remote=remote, local=local))
