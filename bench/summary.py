@@ -177,7 +177,19 @@ def storage_rows(results: str) -> list[Row]:
         if "clustercheck, 1 process" not in header:
             continue
         folder = (re.findall(r"^### (.+?)\s*$", text[:offset], re.M) or ["?"])[-1]
+        each = header.index("a process per reader / fio") if "a process per reader / fio" in header else None
         for cells in body:
+            if each is not None and cells[0] == "rand 4 KiB IOPS" and len(cells) > each and cells[each]:
+                rows.append(
+                    Row(
+                        "storage",
+                        f"rand 4 KiB IOPS, a process per reader (as many as fio's jobs) over fio ({folder})",
+                        f"{cells[each]}x ({cells[3]} vs fio {cells[4]} IOPS)",
+                        "(reported, no target)",
+                        when,
+                        f"`{command}`",
+                    )
+                )
             if cells[0] == "rand 4 KiB IOPS" and cells[2]:
                 many, one = (float(c.replace(",", "")) for c in cells[1:3])
                 rows.append(
