@@ -10,7 +10,11 @@ with a profile of one site check that does nothing, so everything measured is th
   decision) minus the checks' own run time, from the sweep's --out-json (`seconds`, `srun_s` and
   each check's `duration_s`); split into what srun takes and what the sweep itself does;
 - fan-out: the wall time of one `clustercheck sweep` over all nodes at -j N against -j 1 (each
-  node one exclusive allocation either way).
+  node one exclusive allocation either way);
+- the pairs phase (`--pairs`, nccl.pairs): its wall time, and the sweep's own part of it (the
+  phase minus, per round of pairs that share no node, the longest srun of the round), with a
+  stand-in all_reduce_perf on PATH that prints a real recorded two-node run at once (the
+  corpus's EFA GPUDirect RDMA run), so what is measured is srun -N2, the Prolog and the judge.
 
 Targets (this machine's loopback Slurm, 2 shared CPUs): the sweep's own part (outside srun) at
 most 1 s per node, and the fan-out at -j N at least 2x faster than -j 1. Writes its section into
@@ -47,7 +51,10 @@ OVERHEAD_TARGET_S = 1.0  # the sweep's own part per node (outside srun)
 FANOUT_TARGET = 2.0  # -j N at least this much faster than -j 1
 
 
-def sweep(cluster: SlurmCluster, work: Path, nodes: list[str], jobs: int, tag: str) -> tuple[float, dict]:  # type: ignore[type-arg]
+PAIRS_RUN = REPO / "tests" / "corpus" / "nccl_logs" / "aws-efa-eks-p4d-2node-nccl2.9.9-efa-gdrdma-allreduce.txt"
+
+
+def sweep(cluster: SlurmCluster, work: Path, nodes: list[str], jobs: int, tag: str, *extra: str) -> tuple[float, dict]:  # type: ignore[type-arg]
     out = work / f"{tag}.json"
     argv = [
         *CLUSTERCHECK,
@@ -65,9 +72,11 @@ def sweep(cluster: SlurmCluster, work: Path, nodes: list[str], jobs: int, tag: s
         "60",
         "--out-json",
         str(out),
+        *extra,
     ]
+    env = {**cluster.env, "PATH": f"{work / 'bin'}:{cluster.env['PATH']}"}  # the stand-in all_reduce_perf
     start = time.monotonic()
-    proc = subprocess.run(argv, env=cluster.env, capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
     wall = time.monotonic() - start
     if proc.returncode != 0 or not out.exists():
         raise SystemExit(f"bench_sweep: the sweep failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -87,6 +96,18 @@ def per_node(doc: dict) -> list[tuple[float, float, float]]:  # type: ignore[typ
     return rows
 
 
+def pairs_phase(doc: dict) -> tuple[float, float, int, int]:  # type: ignore[type-arg]
+    """(phase wall s, the sweep's own part s, pairs, rounds) of a sweep --pairs."""
+    pairs = doc["pairs"]["pairs"]
+    bad = [p for p in pairs if p["status"] != "ok"]
+    if bad:
+        raise SystemExit(f"bench_sweep: pairs not ok: {bad}")
+    longest: dict[int, float] = {}
+    for p in pairs:
+        longest[p["round"]] = max(longest.get(p["round"], 0.0), p["srun_s"])
+    return doc["pairs"]["seconds"], doc["pairs"]["seconds"] - sum(longest.values()), len(pairs), len(longest)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=8, help="loopback slurmd daemons (default 8)")
@@ -103,6 +124,10 @@ def main() -> int:
     (work / "checks").mkdir(parents=True)
     (work / "checks" / "bench.py").write_text(NOOP)
     (work / "bench.yaml").write_text("checks:\n  bench.noop:\n")
+    (work / "bin").mkdir()
+    standin = work / "bin" / "all_reduce_perf"
+    standin.write_text(f"#!/bin/sh\n[ \"${{SLURM_PROCID:-0}}\" = 0 ] || exit 0\nexec cat '{PAIRS_RUN}'\n")
+    standin.chmod(0o755)
     work.chmod(0o755)
     nodes = [f"b{i:02d}" for i in range(1, args.nodes + 1)]
     cluster = SlurmCluster(root, nodes, health_interval=0)
@@ -110,6 +135,7 @@ def main() -> int:
         cluster.start(REPO / "fixtures" / "prolog-cluster" / "healthy")
         sweep(cluster, work, nodes[:1], 1, "warmup")
         one, fan1, fann = [], [], []
+        phases: list[tuple[float, float, int, int]] = []
         turns: list[tuple[float, float, float]] = []
         for r in range(args.rounds):
             wall, doc = sweep(cluster, work, nodes[:1], 1, f"one-{r}")
@@ -120,6 +146,8 @@ def main() -> int:
             turns += per_node(doc)
             wall, doc = sweep(cluster, work, nodes, len(nodes), f"fanout-{r}")
             fann.append(wall)
+            _, doc = sweep(cluster, work, nodes, len(nodes), f"pairs-{r}", "--pairs")
+            phases.append(pairs_phase(doc))
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -130,6 +158,8 @@ def main() -> int:
     overhead = med(t - c for t, _, c in turns)
     speedup = med(fan1) / med(fann)
     fixed = med(one) - whole  # interpreter and CLI start, profile load, report, cleanup
+    phase, phase_own = med(p[0] for p in phases), med(p[1] for p in phases)
+    n_pairs, n_rounds = phases[0][2], phases[0][3]
     own_ok = own <= OVERHEAD_TARGET_S
     fan_ok = speedup >= FANOUT_TARGET
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -161,6 +191,11 @@ CLI start, profile load, node list, the table and JSON report, cleanup; on a sha
 mostly the load of the moment, as is the srun part): {fixed:.2f} s.
 
 Fan-out: -j {args.nodes} is {speedup:.2f}x faster than -j 1 over {args.nodes} nodes.
+
+Pairs phase (`--pairs`, no topology: the {args.nodes} nodes as one ring, {n_pairs} pairs in {n_rounds} rounds of
+pairs that share no node; the stand-in all_reduce_perf prints a recorded run at once): {phase:.2f} s, of
+which the sweep's own part (the phase minus each round's longest srun -N2: scheduling, judging
+NCCL's log and table, the report) {phase_own:.2f} s, {phase_own / max(1, n_pairs):.3f} s per pair.
 
 TARGET {"HELD" if own_ok else "MISSED"}: sweep own part per node {own:.2f} s (at most {OVERHEAD_TARGET_S:g} s)
 TARGET {"HELD" if fan_ok else "MISSED"}: sweep fan-out {speedup:.2f}x over -j 1 (at least {FANOUT_TARGET:g}x)

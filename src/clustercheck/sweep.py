@@ -288,6 +288,8 @@ class PairRun(NamedTuple):
     passes: int = 1
     first: Mapping[str, Any] | None = None  # the first pass's verdict, for a pair measured twice
     command: str = ""
+    seconds: float = 0.0  # inside srun: the allocation, the Prolog, the run
+    round: int = 0  # the round of pairs that share no node it ran in (0: not run)
 
     def slow(self, min_busbw: float) -> bool:
         return self.busbw is not None and self.busbw < min_busbw
@@ -310,6 +312,7 @@ class PairRun(NamedTuple):
             out["first_pass"] = dict(self.first)
         if self.command:
             out["command"] = self.command
+        out["srun_s"], out["round"] = round(self.seconds, 3), self.round
         return out
 
 

@@ -552,15 +552,15 @@ class Sweeper:
     def _measure(self, pairs: Sequence[logic.Pair], reservation: str | None, attempt: int) -> list[logic.PairRun]:
         assert self.pool is not None
         by_pair: dict[logic.Pair, logic.PairRun] = {}
-        for batch in logic.schedule(pairs):
+        for number, batch in enumerate(logic.schedule(pairs), 1):
             futures = [(p, self.pool.submit(self.run_pair, p, reservation, attempt)) for p in batch]
             for pair, future in futures:
-                by_pair[pair] = self._wait(future)
+                by_pair[pair] = self._wait(future)._replace(round=number)
         return [by_pair[p] for p in pairs]
 
     def run_pair(self, pair: logic.Pair, reservation: str | None, attempt: int) -> logic.PairRun:
         """all_reduce_perf on the two nodes of `pair`, one exclusive allocation, judged."""
-        from clustercheck.facts.nccl_run import NCCL_TESTS_PACKAGE, run_argv
+        from clustercheck.facts.nccl_run import run_argv
 
         opts = self.opts.pairs
         assert opts is not None
@@ -605,9 +605,19 @@ class Sweeper:
             why = f"all_reduce_perf on {pair.a} and {pair.b} did not end within {opts.timeout:g} s: stopped"
             return logic.PairRun(pair, Status.ERROR, why, command=shown)
         finally:
+            srun_s = time.monotonic() - started
             with self.lock:
                 self.procs.discard(proc)
-                self.pair_srun_s.append(time.monotonic() - started)
+                self.pair_srun_s.append(srun_s)
+        return self._judge_pair(pair, stdout, stderr, proc.returncode, gpus, shown)._replace(seconds=srun_s)
+
+    def _judge_pair(
+        self, pair: logic.Pair, stdout: str, stderr: str, returncode: int, gpus: int, shown: str
+    ) -> logic.PairRun:
+        from clustercheck.facts.nccl_run import NCCL_TESTS_PACKAGE
+
+        opts = self.opts.pairs
+        assert opts is not None
         with self.lock:
             if self.stopping:
                 return logic.PairRun(pair, Status.ERROR, "the sweep was interrupted during the run", command=shown)
@@ -616,7 +626,7 @@ class Sweeper:
             why = f"Slurm did not give {pair.a} and {pair.b} to the sweep (a job took one?): {said}"
             return logic.PairRun(pair, Status.SKIP, why, command=shown)
         missing = ("execve(): ", "command not found", "No such file or directory")
-        if proc.returncode != 0 and "NCCL" not in stdout and any(w in stderr + stdout for w in missing):
+        if returncode != 0 and "NCCL" not in stdout and any(w in stderr + stdout for w in missing):
             where = f"in {opts.image}" if opts.image else f"on {pair.a} or {pair.b}"
             why = f"{opts.binary} is not installed {where}: {' '.join(stderr.split())[-200:]}"
             return logic.PairRun(pair, Status.ERROR, why, remedy=f"install {NCCL_TESTS_PACKAGE}", command=shown)
@@ -624,7 +634,7 @@ class Sweeper:
             pair,
             stdout,
             stderr,
-            proc.returncode,
+            returncode,
             gpus=2 * gpus,
             min_busbw=opts.min_busbw,
             expect=opts.expect,
