@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
+import pynvml
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pytest_mock import MockerFixture
 from tests.helpers import CORPUS, FIXTURES, cli
+from tests.test_nvml import FakeGpu, Pci, fake_nvml, not_supported
 
 from clustercheck.facts.nvlink import (
     SXID_CLASS,
@@ -26,6 +30,7 @@ from clustercheck.facts.nvlink import (
     parse_sxids,
     parse_topo_matrix,
 )
+from clustercheck.probes import nvml
 
 SMI = CORPUS / "nvidia_smi"
 KLOG = CORPUS / "kernel_log"
@@ -390,3 +395,252 @@ def test_affinity_numa_mismatch_from_sysfs(tmp_path: Path) -> None:
     assert code == 1 and check["status"] == "warn"
     assert check["summary"] == "GPU4 is on NUMA node 1 but its nearest NIC NIC4 (mlx5_4) on node 0"
     assert "GPU5 -> NIC5 (mlx5_5) (PIX) -> NUMA 1 / 1" in check["evidence"]
+
+
+# -- the same checks on the NVML record (a stand-in NVML answering what the real outputs show) --------
+#
+# tests/test_nvml.py's fake_nvml patches pynvml's calls; here every GPU answers NVML's NVLink and fabric
+# calls with the values of the real nvidia-smi outputs the fixtures replay (nvlink -s speeds in GB/s as
+# NVML's MBps, 25 GB/s -> 25000; nvlink -e's Replay/Recovery/CRC as DL_REPLAY/DL_RECOVERY/DL_CRC_FLIT with
+# DL_CRC_DATA 0; the -q Fabric State/Status as nvmlGpuFabricState_t/nvmlReturn_t), its name, UUID and bus
+# id those of the fixture's record, and every other call NOT_SUPPORTED. The record the probe then builds
+# replaces the fixture's probes/nvml.json and the nvidia-smi recordings it makes unneeded are removed:
+# the verdict must be the one nvidia-smi's outputs give.
+
+
+NVLINK_VERSION = {"A100": pynvml.NVML_NVLINK_VERSION_3_0, "H100": pynvml.NVML_NVLINK_VERSION_4_0}
+FABRIC_STATE = {"Not Started": 1, "In Progress": 2, "Completed": 3}
+FABRIC_STATUS = {"Success": 0, "Insufficient Resources": pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES, "N/A": 0}
+HEALTH = {None: 0, "Healthy": 1, "Unhealthy": 2}
+
+
+def nvml_links(
+    name: str, status: object | None, errors: dict[int, dict[str, int | None]] | None
+) -> dict[int, tuple[Any, ...]] | Exception:
+    """One GPU's NVML NVLink answers from its `nvlink -s` entry (a GpuLinks) and `nvlink -e` counters."""
+    if status is None:
+        return not_supported()  # nvidia-smi printed nothing for it: no NVLink
+    version = next((v for k, v in NVLINK_VERSION.items() if k in name), pynvml.NVML_NVLINK_VERSION_2_0)
+    links = {link.link: link for link in status.links}  # type: ignore[attr-defined]
+    count = len(links) or expected_for(name)[0]  # all inactive: the model's links, each in state inactive
+    out: dict[int, tuple[Any, ...]] = {}
+    for n in range(count):
+        link = links.get(n)
+        active = link is not None and link.speed_gbs is not None
+        mbps = round(link.speed_gbs * 1000) if active and link is not None and link.speed_gbs is not None else 0
+        said = (errors or {}).get(n, {})
+        counters = {
+            pynvml.NVML_NVLINK_ERROR_DL_REPLAY: said.get("Replay", 0),
+            pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: said.get("Recovery", 0),
+            pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: said.get("CRC", 0),
+            pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA: 0,
+        }
+        out[n] = (int(active), version, mbps, counters)
+    return out
+
+
+def record_from_outputs(
+    mocker: MockerFixture, fixture: Path, status_text: str, errors_text: str | None
+) -> dict[str, Any]:
+    record = json.loads((fixture / "probes" / "nvml.json").read_text())
+    status = {g.index: g for g in parse_nvlink_status(status_text).gpus}
+    errors = {g.index: g.counters for g in parse_nvlink_errors(errors_text)} if errors_text else {}
+    gpus = []
+    for g in record["gpus"]:
+        answers = {
+            "nvmlDeviceGetName": g["name"].encode(),
+            "nvmlDeviceGetUUID": g["uuid"].encode(),
+            "nvmlDeviceGetPciInfo": Pci(g["pci_bus_id"].encode()),
+            "nvlink": nvml_links(g["name"], status.get(g["index"]), errors.get(g["index"])),
+        }
+        gpus.append(FakeGpu(**answers))
+    fake_nvml(mocker, record["driver_version"].encode(), 12020, gpus)
+    return nvml.local()
+
+
+def on_nvml_record(tmp_path: Path, source: Path, record: dict[str, Any], drop: tuple[str, ...]) -> Path:
+    fixture = tmp_path / source.name
+    shutil.copytree(source, fixture)
+    (fixture / "probes" / "nvml.json").write_text(json.dumps(record, indent=1, sort_keys=True))
+    for name in drop:
+        shutil.rmtree(fixture / "commands" / name)
+    return fixture
+
+
+def same_verdict(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert (a["status"], a["summary"], a.get("action")) == (b["status"], b["summary"], b.get("action"))
+    assert {k: v for k, v in a["data"].items() if k != "source"} == {
+        k: v for k, v in b["data"].items() if k != "source"
+    }
+
+
+@pytest.mark.parametrize("name", ["gpu-nvlink-healthy", "gpu-nvlink-down"])
+def test_nvlink_from_nvml_equals_nvidia_smi(mocker: MockerFixture, tmp_path: Path, name: str) -> None:
+    source = FIXTURES / name
+    smi = source / "commands"
+    record = record_from_outputs(
+        mocker,
+        source,
+        (smi / "nvidia-smi_nvlink_-s" / "stdout").read_text(),
+        (smi / "nvidia-smi_nvlink_-e" / "stdout").read_text(),
+    )
+    gpu0 = record["gpus"][0]
+    assert gpu0["nvlinks"][0] == {
+        "link": 0,
+        "active": True,
+        "version": pynvml.NVML_NVLINK_VERSION_3_0,
+        "speed_mbps": 25000,
+        "replay_errors": 0,
+        "recovery_errors": 0,
+        "crc_flit_errors": 0,
+        "crc_data_errors": 0,
+    }
+    fixture = on_nvml_record(tmp_path, source, record, ("nvidia-smi_nvlink_-s", "nvidia-smi_nvlink_-e"))
+    _, from_smi = run_json("--replay", source)
+    _, from_nvml = run_json("--replay", fixture)
+    assert (from_smi["data"]["source"], from_nvml["data"]["source"]) == ("nvidia-smi", "nvml")
+    assert from_nvml["evidence"][0] == "NVLink state from NVML (probe nvml)"
+    same_verdict(from_nvml, from_smi)
+
+
+def test_nvlink_from_nvml_on_real_h100_and_v100_outputs(mocker: MockerFixture, tmp_path: Path) -> None:
+    """The H100 18-link excerpt (bottlerocket#4418: 26.562 GB/s = NVML's 26562 MBps) and the V100 with
+    links 3 and 5 down (azhpc-diagnostics#73), each as the GPUs of a node's record."""
+    h100 = parse_nvlink_status(corpus("pr-bottlerocket-4418-nvidia-smi-nvlink-status-H100-18links-EXCERPT.txt"))
+    fixture = tmp_path / "h100"
+    shutil.copytree(FIXTURES / "gpu-nvlink-healthy", fixture)
+    shutil.rmtree(fixture / "commands")
+    gpus = [
+        FakeGpu(
+            nvmlDeviceGetName=b"NVIDIA H100 80GB HBM3",
+            nvmlDeviceGetUUID=(g.uuid or "").encode(),
+            nvmlDeviceGetPciInfo=Pci(f"00000000:{0x18 + 0x10 * g.index:02X}:00.0".encode()),
+            nvlink=nvml_links("NVIDIA H100 80GB HBM3", g, None),
+        )
+        for g in h100.gpus
+    ]
+    fake_nvml(mocker, b"535.183.01", 12020, gpus)  # type: ignore[arg-type]
+    (fixture / "probes" / "nvml.json").write_text(json.dumps(nvml.local()))
+    code, check = run_json("--replay", fixture)
+    assert (code, check["status"]) == (0, "ok")
+    assert check["summary"] == "2 GPUs: 36 NVLinks active (18 each)"
+    assert (
+        "GPU 1 (NVIDIA H100 80GB HBM3): 18 of 18 links active at 26.562 GB/s, expected 18 at >= 26.562 GB/s"
+        in (check["evidence"])
+    )
+    (v100,) = parse_nvlink_status(
+        corpus("issue-azhpc-diagnostics-73-nvlink-s-V100-links-3-5-inactive-EXCERPT.txt")
+    ).gpus
+    one = FakeGpu(
+        nvmlDeviceGetName=v100.name.encode(),
+        nvmlDeviceGetUUID=b"GPU-00000000-0000-0000-0000-000000000003",
+        nvmlDeviceGetPciInfo=Pci(b"00000000:3B:00.0"),
+        nvlink=nvml_links(v100.name, v100, None),
+    )
+    fake_nvml(mocker, b"535.183.01", 12020, [one])
+    record = nvml.local()
+    assert [link["active"] for link in record["gpus"][0]["nvlinks"]] == [True, True, True, False, True, False]
+    (fixture / "probes" / "nvml.json").write_text(json.dumps(record))
+    code, check = run_json("--replay", fixture)
+    # the record's only GPU is index 0 (NVML's numbering), the excerpt's GPU 3
+    assert (code, check["status"]) == (2, "fail")
+    assert "GPU 0 (Tesla V100-SXM2-32GB): links 3, 5 inactive" in check["summary"]
+
+
+def test_nvlink_nvml_not_supported_skips_and_counters_warn(mocker: MockerFixture, tmp_path: Path) -> None:
+    a10g = FIXTURES / "gpu-nvlink-none-a10g"
+    record = record_from_outputs(
+        mocker, a10g, (a10g / "commands" / "nvidia-smi_nvlink_-s" / "stdout").read_text(), None
+    )
+    assert record["gpus"][0]["nvlinks"] == [] and "nvlinks" in record["gpus"][0]["unsupported"]
+    fixture = on_nvml_record(tmp_path, a10g, record, ("nvidia-smi_nvlink_-s",))
+    code, check = run_json("--replay", fixture)
+    assert (code, check["status"]) == (0, "skip") and "NVML reports no NVLink" in check["summary"]
+    # the healthy node with 3 recovery errors on GPU 0 link 7, the edit test_nvlink_slow_links_and_error_counters
+    # makes to the real `nvlink -e` output, and CRC counted as NVML's flit plus data counters
+    source = FIXTURES / "gpu-nvlink-healthy"
+    text = (source / "commands" / "nvidia-smi_nvlink_-e" / "stdout").read_text()
+    edited = text.replace("\t Link 7: Recovery Errors: 0", "\t Link 7: Recovery Errors: 3", 1)
+    assert edited != text
+    record = record_from_outputs(
+        mocker, source, (source / "commands" / "nvidia-smi_nvlink_-s" / "stdout").read_text(), edited
+    )
+    record["gpus"][1]["nvlinks"][2]["crc_data_errors"] = 101  # over max_crc_errors 100 only with the data counter
+    fixture = on_nvml_record(tmp_path / "e", source, record, ("nvidia-smi_nvlink_-s", "nvidia-smi_nvlink_-e"))
+    code, check = run_json("--replay", fixture)
+    assert (code, check["status"]) == (1, "warn")
+    assert (
+        check["summary"]
+        == "GPU 0 link 7: 3 Recovery errors (more than 0); GPU 1 link 2: 101 CRC errors (more than 100)"
+    )
+
+
+def fabric_gpus(q_text: str, name: str = "NVIDIA H100 80GB HBM3") -> list[FakeGpu | Exception]:
+    """NVML's answers for the GPUs of `nvidia-smi -q` text (its Fabric blocks): state, status, clique, cluster,
+    health summary; bus ids those of the text."""
+    gpus: list[FakeGpu | Exception] = []
+    for i, b in enumerate(parse_q_fabric(q_text)):
+        uuid = bytes.fromhex((b.cluster_uuid or "0" * 32).replace("-", "")) if b.cluster_uuid else bytes(16)
+        fabric: Any = (
+            not_supported()
+            if not b.supported
+            else (
+                FABRIC_STATE[b.state or ""],
+                FABRIC_STATUS[b.status or "N/A"],
+                int(b.clique_id or 0),
+                uuid,
+                HEALTH[b.health],
+            )
+        )
+        gpus.append(
+            FakeGpu(
+                nvmlDeviceGetName=name.encode(),
+                nvmlDeviceGetUUID=f"GPU-{i:08d}-0000-0000-0000-000000000000".encode(),
+                nvmlDeviceGetPciInfo=Pci((b.bus_id or f"00000000:{i:02X}:00.0").encode()),
+                fabric=fabric,
+            )
+        )
+    return gpus
+
+
+@pytest.mark.parametrize("name", ["gpu-fabric-healthy", "gpu-fabric-not-started"])
+def test_fabric_from_nvml_equals_nvidia_smi_q(mocker: MockerFixture, tmp_path: Path, name: str) -> None:
+    source = FIXTURES / name
+    q_text = (source / "commands" / "nvidia-smi_-q" / "stdout").read_text()
+    fake_nvml(mocker, b"535.161.08", 12020, fabric_gpus(q_text))
+    record = nvml.local()
+    states = {(g["fabric_state"], g.get("fabric_status")) for g in record["gpus"]}
+    assert states == ({("Completed", "Success")} if name.endswith("healthy") else {("In Progress", None)})
+    fixture = on_nvml_record(tmp_path, source, record, ("nvidia-smi_-q",))
+    _, from_smi = run_json("--replay", source)
+    _, from_nvml = run_json("--replay", fixture)
+    assert (from_smi["data"]["source"], from_nvml["data"]["source"]) == ("nvidia-smi -q", "nvml")
+    assert from_nvml["evidence"][0] == "GPU record (NVML fabric info): 8 GPUs, 8 with a fabric state"
+    same_verdict(from_nvml, from_smi)
+    # the same bus ids, states and kernel log; only `nvidia-smi -q` was not run
+    ran = [line for line in from_nvml["evidence"] if line.startswith("$ ")]
+    assert not any("nvidia-smi" in line for line in ran)
+    # (NVML always answers a clique id, 0 here, which the 535 driver's `-q` does not print)
+    assert [x.removesuffix(", CliqueId 0") for x in from_nvml["evidence"][1:] if x not in ran] == [
+        x for x in from_smi["evidence"][1:] if not x.startswith("$ ")
+    ]
+
+
+def test_fabric_from_nvml_failed_registration_and_unhealthy(mocker: MockerFixture, tmp_path: Path) -> None:
+    """Azure's Completed / Insufficient Resources (NVML_ERROR_INSUFFICIENT_RESOURCES as the status) and the
+    MNNVL GPU with Health Summary Unhealthy, each the only GPU of the HGX fixture's record."""
+    for snippet, said in (
+        (
+            "pr-azhpc-images-506-fabric-completed-insufficient-resources-clique0-SNIPPET.txt",
+            "fabric state Completed but status Insufficient Resources, expected Success",
+        ),
+        ("issue-dra-driver-626-nvidia-smi-q-grep-fabric-completed-health-unhealthy.txt", "fabric health Unhealthy"),
+    ):
+        fake_nvml(mocker, b"570.86.15", 12080, fabric_gpus(corpus(snippet), "NVIDIA GB200"))
+        record = nvml.local()
+        fixture = on_nvml_record(tmp_path / snippet[:12], FIXTURES / "gpu-fabric-healthy", record, ("nvidia-smi_-q",))
+        code, check = run_json("--replay", fixture)
+        assert (code, check["status"], check["action"]) == (2, "fail", "INVESTIGATE"), check["summary"]
+        assert said in check["summary"]
+    assert record["gpus"][0]["fabric_clique_id"] == 2
+    assert record["gpus"][0]["fabric_cluster_uuid"] == "dc6e40c4-d722-4357-9ba6-5291dd461278"

@@ -53,6 +53,9 @@ def test_a100_535_with_mig() -> None:
     assert (gpu.pcie_gen_current, gpu.pcie_gen_max, gpu.pcie_width_current, gpu.pcie_width_max) == (4, 4, 16, 16)
     assert gpu.clocks_event_reasons == ()  # 535 names them clocks_event_reasons, all Not Active
     assert gpu.temperature_c == 27
+    # <fabric><state>N/A</state><status>N/A</status></fabric>: asked, and this GPU has no NVSwitch fabric
+    assert (gpu.fabric_state, gpu.fabric_status, gpu.fabric_clique_id) == ("N/A", None, None)
+    assert gpu.nvlinks is None  # the XML has no NVLink block: not reported (gpu.nvlink asks nvidia-smi)
 
 
 def test_a10g_515_throttle_reasons_and_row_remapper() -> None:
@@ -458,6 +461,56 @@ def test_nvml_and_nvidia_smi_give_equal_records(
     # the XML's host-side generation has no NVML call; the fields the files leave N/A are NOT_SUPPORTED
     # (the fabric state is the XML's N/A, which NVML's NOT_SUPPORTED also records)
     assert "pcie_gen_host_max" not in said and all(from_xml["gpus"][0].get(f) in (None, "N/A") for f in said)
+
+
+def test_nvlink_and_fabric_fields_validate_and_round_trip() -> None:
+    (gpu,) = parse_nvidia_smi_xml(A100.read_text()).gpus
+    record = GpuRecord((gpu,)).to_json()
+    link = {"link": 0, "active": True, "version": 4, "speed_mbps": 25000, "replay_errors": 0}
+    record["gpus"][0]["nvlinks"] = [link, {"link": 1, "active": False}]
+    back = GpuRecord.from_json(json.loads(json.dumps(record)))
+    assert [(x.link, x.active, x.speed_mbps) for x in back.gpus[0].nvlinks or ()] == [
+        (0, True, 25000),
+        (1, False, None),
+    ]
+    assert GpuRecord.from_json(back.to_json()) == back
+    for bad, said in (
+        ({"link": -1, "active": True}, "link is -1"),
+        ({"link": 0, "active": "yes"}, "active is 'yes'"),
+        ({"link": 0, "active": True, "speed_mbps": "fast"}, "speed_mbps is 'fast'"),
+        ({"link": 0, "active": True, "colour": 1}, "not an NVLink"),
+    ):
+        record["gpus"][0]["nvlinks"] = [bad]
+        with pytest.raises(ValueError, match=said):
+            GpuRecord.from_json(record)
+    # an older record (no NVLink or fabric fields) keeps its shape: they are left out while unknown
+    assert "nvlinks" not in parse_nvidia_smi_xml(T4.read_text()).to_json()["gpus"][0]
+
+
+def test_fabric_call_falls_back_to_older_structs(mocker: MockerFixture) -> None:
+    """A driver that knows only the v2 struct (ARGUMENT_VERSION_MISMATCH for v3): the state is still read."""
+    answers = dict(T4_NVML.answers)
+    calls: list[str] = []
+
+    def v2_only(call: str, ref: Any) -> int:
+        info = ref._obj
+        calls.append(type(info).__name__)
+        if not isinstance(info, pynvml.c_nvmlGpuFabricInfo_v2_t):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        info.state, info.status, info.cliqueId = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, 0, 7
+        return 0
+
+    gpu = FakeGpu(**answers)
+    gpu.fabric = v2_only  # type: ignore[method-assign]
+    fake_nvml(mocker, b"550.54.15", 12040, [gpu])
+    (got,) = GpuRecord.from_json(nvml.local()).gpus
+    assert calls[:2] == ["c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t"]
+    assert (got.fabric_state, got.fabric_status, got.fabric_clique_id, got.fabric_health) == (
+        "Completed",
+        "Success",
+        7,
+        None,  # v2 has no health summary
+    )
 
 
 def test_a_lost_gpu_is_listed_with_its_error(mocker: MockerFixture) -> None:
