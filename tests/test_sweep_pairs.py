@@ -364,6 +364,13 @@ def test_the_straggler_is_slow_everywhere_and_proven_by_a_fast_partner() -> None
     results = logic.pair_results("abc", ring, ["a"], 20, confirmed=True)
     assert results["a"].status is Status.FAIL and results["a"].action == "INVESTIGATE"
     assert results["b"].status is Status.OK and results["c"].status is Status.OK  # the slow pairs are a's
+    # a pair Slurm did not give (a job took a node): skipped alone, beside a measured one the node stands on it
+    refused = logic.PairRun(logic.Pair("c", "d", "s1"), Status.SKIP, "Slurm did not give c and d")
+    results = logic.pair_results("cd", [_run("b", "c", 40), refused], [], 20, confirmed=False)
+    assert results["c"].status is Status.OK and results["d"].status is Status.SKIP
+    # a pair that could not be judged is an error for both nodes, never a pass
+    results = logic.pair_results("ab", [_run("a", "b", None)], [], 20, confirmed=False)
+    assert results["a"].status is Status.ERROR and results["b"].status is Status.ERROR
 
 
 def test_the_pair_runs_inside_the_sites_image() -> None:

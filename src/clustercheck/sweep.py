@@ -536,10 +536,13 @@ def pair_results(
                 data=data,
                 action=action,
             )
-        elif own:
+        elif any(r.status is not Status.SKIP for r in own):  # could not tell: never a pass
+            worst = next(r for r in own if r.status is not Status.SKIP)
             results[node] = CheckResult(
-                PAIRS_CHECK, Status.ERROR, f"{own[0].pair.name}: {own[0].summary}", evidence, own[0].remedy, data=data
+                PAIRS_CHECK, Status.ERROR, f"{worst.pair.name}: {worst.summary}", evidence, worst.remedy, data=data
             )
+        elif own and len(own) == len(mine):  # no pair of it ran (Slurm gave a job its nodes meanwhile)
+            results[node] = CheckResult(PAIRS_CHECK, Status.SKIP, f"{own[0].pair.name}: {own[0].summary}", evidence)
         else:
             results[node] = CheckResult(PAIRS_CHECK, Status.OK, shown, evidence, data=data)
     return results
