@@ -19,7 +19,7 @@ from typing import Any
 
 from clustercheck import Host, Result, Size, check, fail, ok, warn
 from clustercheck.errors import HostError
-from clustercheck.facts import scripts, shown_with
+from clustercheck.facts import script_text, shown_with
 from clustercheck.facts.mounts import mount_table
 from clustercheck.registry import human_size
 
@@ -196,7 +196,7 @@ def mounts(
 #: ARGS` (one command, so it works over SSH and records like any command): the module
 #: clustercheck/facts/scripts/storage_probe.py, as text. Standard library only; Python 3.6+
 #: (what older node images carry). It prints one JSON object.
-SCRIPT = scripts.text("storage_probe.py")
+SCRIPT = script_text("storage_probe.py")
 
 
 GIB, MIB, SMALL_FILE = Size(1 << 30), Size(1 << 20), Size(16 << 10)

@@ -64,15 +64,16 @@ def test_a_shell_script_is_posix_sh_as_shipped_and_as_sent(name: str) -> None:
 
 
 def test_the_loader_fills_placeholders_once_and_refuses_a_mismatch() -> None:
-    from clustercheck.facts import scripts
+    from clustercheck.facts import script_text
 
-    assert "@LIBRARY_SCAN@" in importlib.resources.files(scripts).joinpath("rdma_image_probe.sh").read_text()
-    assert scripts.text("rdma_image_probe.sh", LIBRARY_SCAN="echo @LIBRARY_SCAN@").count("echo @LIBRARY_SCAN@") == 1
+    shipped = importlib.resources.files("clustercheck.facts.scripts").joinpath("rdma_image_probe.sh").read_text()
+    assert "@LIBRARY_SCAN@" in shipped
+    assert script_text("rdma_image_probe.sh", LIBRARY_SCAN="echo @LIBRARY_SCAN@").count("echo @LIBRARY_SCAN@") == 1
     with pytest.raises(ValueError, match=r"placeholders \['LIBRARY_SCAN'\], filled \[\]"):
-        scripts.text("rdma_image_probe.sh")
+        script_text("rdma_image_probe.sh")
     with pytest.raises(ValueError, match="filled"):
-        scripts.text("image_file.sh", EXTRA="x")
-    assert not any(line.lstrip().startswith("#") for line in scripts.text("image_file.sh").splitlines())
+        script_text("image_file.sh", EXTRA="x")
+    assert not any(line.lstrip().startswith("#") for line in script_text("image_file.sh").splitlines())
 
 
 # -- the storage script: a module, run as `python3 -c TEXT ARGS` -----------------------------
@@ -129,3 +130,15 @@ def test_importing_the_storage_script_does_nothing() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+def test_loading_the_scripts_imports_no_module_more() -> None:
+    """The prolog's checks (storage.mounts, rdma.*) load their scripts when imported: that reads
+    files, it imports neither facts/scripts/ nor the storage script's module."""
+    code = (
+        "import sys\n"
+        "import clustercheck.checks.storage, clustercheck.facts.image\n"
+        "print(sorted(m for m in sys.modules if m.startswith('clustercheck.facts.scripts')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "[]"), proc.stderr

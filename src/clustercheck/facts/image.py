@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from clustercheck import Host
 from clustercheck.errors import CommandTimeout, HostError
-from clustercheck.facts import scripts, shown_with
+from clustercheck.facts import script_text, shown_with
 from clustercheck.facts.infiniband import LIBRARY_SCAN, split_sections
 from clustercheck.registry import human_size
 
@@ -39,7 +39,7 @@ def show_limit(value: float) -> str:
 
 #: Sent as `LAUNCH... sh -c PROBE_SCRIPT` (the file without its comments, the last newline dropped
 #: as recorded); prints `## name` sections.
-PROBE_SCRIPT = scripts.text("rdma_image_probe.sh", LIBRARY_SCAN=LIBRARY_SCAN).removesuffix("\n")
+PROBE_SCRIPT = script_text("rdma_image_probe.sh", LIBRARY_SCAN=LIBRARY_SCAN).removesuffix("\n")
 
 #: What one image probe may take: starting a multi-GB image from a parallel file system is slow.
 #: The check's own `timeout` (its budget) caps it.
@@ -140,7 +140,7 @@ _LIB_DIRS = " ".join(
 
 #: Run inside the image (or with CLUSTERCHECK_ROOT=rootfs over an unpacked one): scripts/image_stack_probe.sh.
 #: The script is part of the recorded command: changing it means re-recording fixtures.
-IMAGE_SCRIPT = scripts.text("image_stack_probe.sh", LIB_DIRS=_LIB_DIRS, PIP_DIRS=" ".join(_PIP_DIRS))
+IMAGE_SCRIPT = script_text("image_stack_probe.sh", LIB_DIRS=_LIB_DIRS, PIP_DIRS=" ".join(_PIP_DIRS))
 
 #: A pip wheel's metadata folder -> (package, version): nvidia_nccl_cu12-2.32.3.dist-info.
 _DIST_INFO = re.compile(r"/(nvidia_[a-z0-9_]+?)-(\d+(?:\.\d+)+)[^/]*\.dist-info$")
@@ -280,7 +280,7 @@ def _runtime_argv(image: str, runtime: str) -> tuple[str, ...]:
 
 
 #: On the node, when starting an image failed: what the image path is (scripts/image_file.sh).
-IMAGE_FILE_SCRIPT = scripts.text("image_file.sh").removesuffix("\n")
+IMAGE_FILE_SCRIPT = script_text("image_file.sh").removesuffix("\n")
 
 
 def image_trouble(host: Host, image: str) -> str:

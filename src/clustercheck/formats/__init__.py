@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import enum
 import importlib
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from clustercheck.errors import UsageError
-from clustercheck.formats.text import escape_controls
 from clustercheck.result import Report
+
+if TYPE_CHECKING:
+    from clustercheck.formats.text import escape_controls
 
 __all__ = ["FORMATS", "VIEWS", "Format", "Renderer", "check_view", "escape_controls", "render", "renderer"]
 
@@ -76,3 +78,13 @@ def render(
         render_table(report, out, verbose=verbose, by=by, all_hosts=all_hosts)
         return
     renderer(fmt)(report, out, verbose=verbose)
+
+
+def __getattr__(name: str) -> object:
+    """`escape_controls` (formats/text.py), imported when asked for: the prolog's json needs no
+    text helper, and its import path gains no module."""
+    if name == "escape_controls":
+        from clustercheck.formats.text import escape_controls
+
+        return escape_controls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

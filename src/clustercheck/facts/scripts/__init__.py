@@ -5,30 +5,12 @@ busybox ash where installed) as the file and as sent, and runs shellcheck over t
 is installed. A Python script (`*.py`) is a module like any other (ruff, mypy --strict), valid for
 the Python 3.6 a node may carry, and run as `python3 -c TEXT ARGS`.
 
-`text(name, **fill)` is what goes to the node: the file without its comment lines (lines whose
-first non-blank character is `#`; a `.sh` file only), each `@NAME@` replaced by `fill["NAME"]`.
-That text is part of every command argv a fixture records, so a script's bytes are pinned by a
-hash in tests/test_scripts.py: changing a script means re-recording the fixtures that ran it.
+`clustercheck.facts.script_text(name, **fill)` is what goes to the node: the file without its
+comment lines (lines whose first non-blank character is `#`; a `.sh` file only), each `@NAME@`
+replaced by `fill["NAME"]`. That text is part of every command argv a fixture records, so a
+script's bytes are pinned by a hash in tests/test_scripts.py: changing a script means
+re-recording the fixtures that ran it (or updating their recorded argv, as their notes say).
+
+This package holds no code, and loading a script does not import it: it is a package so that
+its `.py` scripts install and type-check as modules (clustercheck.facts.scripts.storage_probe).
 """
-
-from __future__ import annotations
-
-import os
-import re
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def text(name: str, **fill: str) -> str:
-    """The script `name` of this folder as it is sent, placeholders `@KEY@` filled from `fill`."""
-    with open(os.path.join(_HERE, name), encoding="utf-8") as f:
-        raw = f.read()
-    if name.endswith(".sh"):
-        raw = "".join(line for line in raw.splitlines(keepends=True) if not line.lstrip().startswith("#"))
-    wanted = set(re.findall(r"@([A-Z][A-Z0-9_]*)@", raw))
-    if wanted != set(fill):
-        raise ValueError(f"{name}: placeholders {sorted(wanted)}, filled {sorted(fill)}")
-    if not fill:
-        return raw
-    # one pass: a value holding a placeholder's text is not substituted into
-    return re.sub("|".join(re.escape(f"@{key}@") for key in fill), lambda m: fill[m.group(0)[1:-1]], raw)
