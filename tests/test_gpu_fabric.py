@@ -440,7 +440,7 @@ def nvml_links(
 
 
 def record_from_outputs(
-    mocker: MockerFixture, fixture: Path, status_text: str, errors_text: str | None
+    mocker: MockerFixture, fixture: Path, status_text: str, errors_text: str | None, old_driver: bool = False
 ) -> dict[str, Any]:
     record = json.loads((fixture / "probes" / "nvml.json").read_text())
     status = {g.index: g for g in parse_nvlink_status(status_text).gpus}
@@ -452,6 +452,7 @@ def record_from_outputs(
             "nvmlDeviceGetUUID": g["uuid"].encode(),
             "nvmlDeviceGetPciInfo": Pci(g["pci_bus_id"].encode()),
             "nvlink": nvml_links(g["name"], status.get(g["index"]), errors.get(g["index"])),
+            "old_driver": old_driver,
         }
         gpus.append(FakeGpu(**answers))
     fake_nvml(mocker, record["driver_version"].encode(), 12020, gpus)
@@ -474,8 +475,11 @@ def same_verdict(a: dict[str, Any], b: dict[str, Any]) -> None:
     }
 
 
+@pytest.mark.parametrize("old_driver", [False, True], ids=["link-fields", "per-link-calls"])
 @pytest.mark.parametrize("name", ["gpu-nvlink-healthy", "gpu-nvlink-down"])
-def test_nvlink_from_nvml_equals_nvidia_smi(mocker: MockerFixture, tmp_path: Path, name: str) -> None:
+def test_nvlink_from_nvml_equals_nvidia_smi(mocker: MockerFixture, tmp_path: Path, name: str, old_driver: bool) -> None:
+    """Both ways the probe reads NVLink (one field-values call; a driver without the link-scoped fields:
+    the per-link calls) give the record nvidia-smi's outputs give the verdict of."""
     source = FIXTURES / name
     smi = source / "commands"
     record = record_from_outputs(
@@ -483,7 +487,11 @@ def test_nvlink_from_nvml_equals_nvidia_smi(mocker: MockerFixture, tmp_path: Pat
         source,
         (smi / "nvidia-smi_nvlink_-s" / "stdout").read_text(),
         (smi / "nvidia-smi_nvlink_-e" / "stdout").read_text(),
+        old_driver,
     )
+    # the field-values way asks the state of link 0 alone per GPU; the per-link way every link number
+    asked = pynvml.nvmlDeviceGetNvLinkState.call_count  # type: ignore[attr-defined]
+    assert asked == (8 * pynvml.NVML_NVLINK_MAX_LINKS if old_driver else 8)
     gpu0 = record["gpus"][0]
     assert gpu0["nvlinks"][0] == {
         "link": 0,
@@ -492,8 +500,7 @@ def test_nvlink_from_nvml_equals_nvidia_smi(mocker: MockerFixture, tmp_path: Pat
         "speed_mbps": 25000,
         "replay_errors": 0,
         "recovery_errors": 0,
-        "crc_flit_errors": 0,
-        "crc_data_errors": 0,
+        "crc_errors": 0,
     }
     fixture = on_nvml_record(tmp_path, source, record, ("nvidia-smi_nvlink_-s", "nvidia-smi_nvlink_-e"))
     _, from_smi = run_json("--replay", source)
@@ -557,7 +564,7 @@ def test_nvlink_nvml_not_supported_skips_and_counters_warn(mocker: MockerFixture
     code, check = run_json("--replay", fixture)
     assert (code, check["status"]) == (0, "skip") and "NVML reports no NVLink" in check["summary"]
     # the healthy node with 3 recovery errors on GPU 0 link 7, the edit test_nvlink_slow_links_and_error_counters
-    # makes to the real `nvlink -e` output, and CRC counted as NVML's flit plus data counters
+    # makes to the real `nvlink -e` output
     source = FIXTURES / "gpu-nvlink-healthy"
     text = (source / "commands" / "nvidia-smi_nvlink_-e" / "stdout").read_text()
     edited = text.replace("\t Link 7: Recovery Errors: 0", "\t Link 7: Recovery Errors: 3", 1)
@@ -565,7 +572,7 @@ def test_nvlink_nvml_not_supported_skips_and_counters_warn(mocker: MockerFixture
     record = record_from_outputs(
         mocker, source, (source / "commands" / "nvidia-smi_nvlink_-s" / "stdout").read_text(), edited
     )
-    record["gpus"][1]["nvlinks"][2]["crc_data_errors"] = 101  # over max_crc_errors 100 only with the data counter
+    record["gpus"][1]["nvlinks"][2]["crc_errors"] = 101  # a record edit: one over max_crc_errors (100)
     fixture = on_nvml_record(tmp_path / "e", source, record, ("nvidia-smi_nvlink_-s", "nvidia-smi_nvlink_-e"))
     code, check = run_json("--replay", fixture)
     assert (code, check["status"]) == (1, "warn")

@@ -187,17 +187,39 @@ class FakeGpu:
         return links[link]  # type: ignore[no-any-return]
 
     def field_values(self, ids: list[Any]) -> list[Any]:
-        """nvmlFieldValue_t for (NVML_FI_DEV_NVLINK_GET_SPEED, link) requests: uiVal in MBps."""
+        """nvmlFieldValue_t answers for the link-scoped NVLink fields ((field, link) requests) from the
+        "nvlink" answers; "old_driver": True answers them NOT_SUPPORTED (a driver before those fields) and
+        only NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON (the first link's speed)."""
+        links = self.answers.get("nvlink", {})
+        old = self.answers.get("old_driver", False)
         out = []
         for request in ids:
             field, link = request if isinstance(request, tuple) else (request, 0)
             value = pynvml.c_nvmlFieldValue_t()
             value.fieldId, value.scopeId = field, link
-            if field == pynvml.NVML_FI_DEV_NVLINK_GET_SPEED and link in self.answers.get("nvlink", {}):
-                value.valueType, value.nvmlReturn = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, pynvml.NVML_SUCCESS
-                value.value.uiVal = self.answers["nvlink"][link][2]
+            value.valueType, value.nvmlReturn = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, pynvml.NVML_SUCCESS
+            answer: int | None = None
+            if field == pynvml.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON and isinstance(links, dict) and links:
+                answer = next(iter(links.values()))[2]
+            elif not old and isinstance(links, dict) and link in links:
+                active, version, mbps, counters = links[link]
+                answer = {
+                    pynvml.NVML_FI_DEV_NVLINK_GET_STATE: active,
+                    pynvml.NVML_FI_DEV_NVLINK_GET_VERSION: version,
+                    pynvml.NVML_FI_DEV_NVLINK_GET_SPEED: mbps,
+                    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY: counters[pynvml.NVML_NVLINK_ERROR_DL_REPLAY],
+                    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY: counters[pynvml.NVML_NVLINK_ERROR_DL_RECOVERY],
+                    pynvml.NVML_FI_DEV_NVLINK_ERROR_DL_CRC: counters[pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT]
+                    + counters[pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA],
+                }.get(field)
+            if answer is None:
+                value.nvmlReturn = (
+                    pynvml.NVML_ERROR_INVALID_ARGUMENT
+                    if isinstance(links, dict) and link not in links and not old
+                    else pynvml.NVML_ERROR_NOT_SUPPORTED
+                )
             else:
-                value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                value.value.ullVal = answer
             out.append(value)
         return out
 

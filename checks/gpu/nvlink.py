@@ -69,8 +69,8 @@ def nvlink(
     numbers are known (domain-facts §I.1: V100-SXM2 6 x 25.781, A100-SXM4 12 x 25, H100 SXM
     18 x 26.562 GB/s); otherwise every link a GPU lists must be active. `nvidia-smi nvlink -e`
     counters (cumulative since the driver loaded or the GPU was reset) warn above
-    `max_crc_errors`, `max_replay_errors`, `max_recovery_errors` on any link (NVML: CRC is the
-    flit and data CRC counters added). A node whose GPUs
+    `max_crc_errors`, `max_replay_errors`, `max_recovery_errors` on any link (NVML's CRC: the
+    ERROR_DL_CRC field, or the flit and data CRC counters added). A node whose GPUs
     have no NVLink (A10, one PCIe GPU: nvidia-smi prints nothing) skips, unless links are
     expected there.
 

@@ -254,7 +254,7 @@ def status_from_record(gpus: Sequence[Gpu]) -> NvlinkStatus | None:
 
 def errors_from_record(gpus: Sequence[Gpu]) -> list[GpuLinkErrors] | None:
     """NVML's error counters in the record, as `parse_nvlink_errors` reads `nvidia-smi nvlink -e`
-    (Replay, Recovery, and CRC: the flit and data CRC counters added); None when NVML reported none."""
+    (Replay, Recovery, CRC); None when NVML reported none."""
     out: list[GpuLinkErrors] = []
     known = False
     for g in gpus:
@@ -262,8 +262,7 @@ def errors_from_record(gpus: Sequence[Gpu]) -> list[GpuLinkErrors] | None:
             continue
         entry = GpuLinkErrors(g.index, g.name or "", g.uuid)
         for link in sorted(g.nvlinks, key=lambda x: x.link):
-            crc = [v for v in (link.crc_flit_errors, link.crc_data_errors) if v is not None]
-            values = {"Replay": link.replay_errors, "Recovery": link.recovery_errors, "CRC": sum(crc) if crc else None}
+            values = {"Replay": link.replay_errors, "Recovery": link.recovery_errors, "CRC": link.crc_errors}
             if any(v is not None for v in values.values()):
                 known = True
                 entry.counters[link.link] = values

@@ -87,18 +87,20 @@ class NvLink:
 
     link: int
     active: bool
-    version: int | None = None  # nvmlDeviceGetNvLinkVersion's answer, as NVML gives it
+    version: int | None = None  # NVML_FI_DEV_NVLINK_GET_VERSION / nvmlDeviceGetNvLinkVersion, as NVML gives it
     speed_mbps: int | None = None  # NVML_FI_DEV_NVLINK_GET_SPEED (MBps; nvidia-smi nvlink -s prints it as GB/s)
-    replay_errors: int | None = None  # nvmlDeviceGetNvLinkErrorCounter NVML_NVLINK_ERROR_DL_REPLAY
-    recovery_errors: int | None = None  # ... NVML_NVLINK_ERROR_DL_RECOVERY
-    crc_flit_errors: int | None = None  # ... NVML_NVLINK_ERROR_DL_CRC_FLIT
-    crc_data_errors: int | None = None  # ... NVML_NVLINK_ERROR_DL_CRC_DATA
+    # the DL error counters (cumulative since the driver loaded or the GPU was reset): the link-scoped
+    # fields NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY/_RECOVERY/_CRC, else nvmlDeviceGetNvLinkErrorCounter
+    # (NVML_NVLINK_ERROR_DL_REPLAY, _RECOVERY, and CRC as _CRC_FLIT plus _CRC_DATA)
+    replay_errors: int | None = None
+    recovery_errors: int | None = None
+    crc_errors: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-_NVLINK_INTS = ("version", "speed_mbps", "replay_errors", "recovery_errors", "crc_flit_errors", "crc_data_errors")
+_NVLINK_INTS = ("version", "speed_mbps", "replay_errors", "recovery_errors", "crc_errors")
 
 
 @dataclass(frozen=True)
@@ -792,26 +794,63 @@ def _field_value(value: Any) -> int | None:
 
 
 def _nvml_nvlinks(nv: Any, handle: Any, unsupported: list[str]) -> tuple[NvLink, ...] | None:
-    """Every NVLink the GPU answers for, up to NVML_NVLINK_MAX_LINKS: state, version, speed, error counters.
+    """Every NVLink of the GPU: state, version, speed and DL error counters.
 
-    NOT_SUPPORTED for link 0: the GPU has no NVLink, () (and "nvlinks" in `unsupported`); a link number
-    the GPU has not (INVALID_ARGUMENT, NOT_SUPPORTED) is left out; another failure for link 0 (an older
-    library): None, not reported."""
-    found: list[tuple[int, bool]] = []
-    for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))):
-        try:
-            state = nv.nvmlDeviceGetNvLinkState(handle, link)
-        except nv.NVMLError as exc:
-            if link == 0 and exc.value == nv.NVML_ERROR_NOT_SUPPORTED:
-                unsupported.append("nvlinks")
-                return ()
-            if link == 0 and exc.value != nv.NVML_ERROR_INVALID_ARGUMENT:
-                return None
-            continue
-        found.append((link, bool(state)))
-    if not found:
+    nvmlDeviceGetNvLinkState(link 0) NOT_SUPPORTED: the GPU has no NVLink, () (and "nvlinks" in
+    `unsupported`); another failure there (an older library): None, not reported. Then one
+    nvmlDeviceGetFieldValues call asks the link-scoped fields (GET_STATE, GET_VERSION, GET_SPEED,
+    ERROR_DL_*) for links 0..NVML_NVLINK_MAX_LINKS-1: a link number the GPU has not answers each with
+    an error and is left out. A driver without those fields: the per-link calls instead. State
+    NVML_NVLINK_STATE_ACTIVE and _SLEEP (a trained link in its low-power state) count as active."""
+    try:
+        first = nv.nvmlDeviceGetNvLinkState(handle, 0)
+    except nv.NVMLError as exc:
+        if exc.value == nv.NVML_ERROR_NOT_SUPPORTED:
+            unsupported.append("nvlinks")
+            return ()
+        return None
+    limit = int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))
+    links = _nvlinks_by_fields(nv, handle, limit)
+    if links is None:
+        links = _nvlinks_by_calls(nv, handle, limit, bool(first))
+    if not links:
         unsupported.append("nvlinks")
-        return ()
+    return links
+
+
+def _nvlinks_by_fields(nv: Any, handle: Any, limit: int) -> tuple[NvLink, ...] | None:
+    """One nvmlDeviceGetFieldValues call for every link's fields; None when this driver lacks them."""
+    names = ("GET_STATE", "GET_VERSION", "GET_SPEED", "ERROR_DL_REPLAY", "ERROR_DL_RECOVERY", "ERROR_DL_CRC")
+    ids = [getattr(nv, f"NVML_FI_DEV_NVLINK_{n}", None) for n in names]
+    if any(i is None for i in ids):
+        return None
+    try:
+        values = nv.nvmlDeviceGetFieldValues(handle, [(i, link) for link in range(limit) for i in ids])
+    except nv.NVMLError:
+        return None
+    got = [_field_value(v) for v in values]
+    if len(got) != limit * len(ids) or got[0] is None:  # link 0's state unanswered: fields not supported here
+        return None
+    up = {nv.NVML_NVLINK_STATE_ACTIVE, getattr(nv, "NVML_NVLINK_STATE_SLEEP", nv.NVML_NVLINK_STATE_ACTIVE)}
+    out = []
+    for link in range(limit):
+        state, version, speed, replay, recovery, crc = got[link * len(ids) : (link + 1) * len(ids)]
+        if state is None:
+            continue  # a link number this GPU has not
+        active = state in up
+        out.append(NvLink(link, active, version, speed if active else None, replay, recovery, crc))
+    return tuple(out)
+
+
+def _nvlinks_by_calls(nv: Any, handle: Any, limit: int, first: bool) -> tuple[NvLink, ...]:
+    """The same from the per-link calls (drivers before the link-scoped fields); speed from
+    NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON where the per-link field is not there."""
+    found: list[tuple[int, bool]] = [(0, first)]
+    for link in range(1, limit):
+        try:
+            found.append((link, bool(nv.nvmlDeviceGetNvLinkState(handle, link))))
+        except nv.NVMLError:
+            continue  # a link number this GPU has not (INVALID_ARGUMENT, NOT_SUPPORTED)
 
     def count(call: Callable[..., Any], *args: Any) -> int | None:
         try:
@@ -819,33 +858,27 @@ def _nvml_nvlinks(nv: Any, handle: Any, unsupported: list[str]) -> tuple[NvLink,
         except nv.NVMLError:
             return None
 
-    active = [link for link, up in found if up]
-    speeds: dict[int, int | None] = {}
-    if active:
+    shared: int | None = None
+    if any(up for _, up in found):
         try:
-            values = nv.nvmlDeviceGetFieldValues(handle, [(nv.NVML_FI_DEV_NVLINK_GET_SPEED, link) for link in active])
-            speeds = {link: _field_value(v) for link, v in zip(active, values, strict=False)}
-        except nv.NVMLError:
-            speeds = {}
-        if any(speeds.get(link) is None for link in active):  # a driver before the per-link field
-            try:
-                (common,) = nv.nvmlDeviceGetFieldValues(handle, [nv.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON])
-                shared = _field_value(common)
-            except (nv.NVMLError, ValueError):
-                shared = None
-            speeds = {link: speeds.get(link) or shared for link in active}
+            (common,) = nv.nvmlDeviceGetFieldValues(handle, [nv.NVML_FI_DEV_NVLINK_SPEED_MBPS_COMMON])
+            shared = _field_value(common)
+        except (nv.NVMLError, ValueError):
+            shared = None
     out = []
     for link, up in found:
+        errors = nv.nvmlDeviceGetNvLinkErrorCounter
+        crc = [count(errors, link, c) for c in (nv.NVML_NVLINK_ERROR_DL_CRC_FLIT, nv.NVML_NVLINK_ERROR_DL_CRC_DATA)]
+        known = [c for c in crc if c is not None]
         out.append(
             NvLink(
                 link,
                 up,
                 version=count(nv.nvmlDeviceGetNvLinkVersion, link),
-                speed_mbps=speeds.get(link) if up else None,
-                replay_errors=count(nv.nvmlDeviceGetNvLinkErrorCounter, link, nv.NVML_NVLINK_ERROR_DL_REPLAY),
-                recovery_errors=count(nv.nvmlDeviceGetNvLinkErrorCounter, link, nv.NVML_NVLINK_ERROR_DL_RECOVERY),
-                crc_flit_errors=count(nv.nvmlDeviceGetNvLinkErrorCounter, link, nv.NVML_NVLINK_ERROR_DL_CRC_FLIT),
-                crc_data_errors=count(nv.nvmlDeviceGetNvLinkErrorCounter, link, nv.NVML_NVLINK_ERROR_DL_CRC_DATA),
+                speed_mbps=shared if up else None,
+                replay_errors=count(errors, link, nv.NVML_NVLINK_ERROR_DL_REPLAY),
+                recovery_errors=count(errors, link, nv.NVML_NVLINK_ERROR_DL_RECOVERY),
+                crc_errors=sum(known) if known else None,
             )
         )
     return tuple(out)
