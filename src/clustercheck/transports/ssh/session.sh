@@ -20,10 +20,10 @@
 # every process on the node, only of those that started since the command began (cc_new: the
 # PIDs above the last one /proc/loadavg named before it, that exist now), or of every process
 # when the PID counter wrapped in between or too many started.
-# A process in the middle of execve() shows an empty environment (the kernel has not yet set up
-# the new image's), and one may fork while we look: a pass that killed something, or saw a live
-# process (one with an exe) whose environment read empty, is followed by another, at most five
-# in all.
+# A process in the middle of execve() shows an empty environment and an empty command line (the
+# kernel has not yet set up the new image's; one that cleared its environment keeps its argv),
+# and one may fork while we look: a pass that killed something, or saw a live process (one with
+# an exe) in execve(), is followed by another, 10 ms later, at most 100 in all.
 {
 echo "@NONCE@:$$"; LC_ALL=C; export LC_ALL; CLUSTERCHECK_RUN=cc-@NONCE@; export CLUSTERCHECK_RUN
 # shellcheck disable=SC2034 # cc_nl is for the request lines: a newline in a word is "$cc_nl"
@@ -43,7 +43,7 @@ done
 }
 cc_sweep() {
 cc_k=0 cc_dead=" $cc_me "
-while [ "$cc_k" -lt 5 ]; do cc_k=$((cc_k + 1)) cc_again=
+while [ "$cc_k" -lt 100 ]; do cc_k=$((cc_k + 1)) cc_again=
 cc_new "$1"
 [ -n "$cc_list" ] || return 0
 # shellcheck disable=SC2013,SC2086 # /proc/PID/FILE names hold no blank: $cc_list splits on purpose
@@ -52,7 +52,7 @@ do cc_p=${cc_p#/proc/}; cc_p=${cc_p%/*}; case $cc_dead in *" $cc_p "*) continue;
 kill -KILL "$cc_p"; cc_dead="$cc_dead$cc_p " cc_again=1; done 2>/dev/null
 # shellcheck disable=SC2013,SC2086 # the same
 for cc_p in $(grep -Ls . $cc_env </dev/null); do cc_p=${cc_p#/proc/}; cc_p=${cc_p%/*}
-[ -e "/proc/$cc_p/exe" ] && cc_again=1; done 2>/dev/null
+[ -e "/proc/$cc_p/exe" ] && ! grep -qs . "/proc/$cc_p/cmdline" && cc_again=1; done 2>/dev/null
 [ -n "$cc_again" ] || return 0; sleep 0.01 2>/dev/null
 done
 }
