@@ -10,7 +10,7 @@ STAMP   := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1
 CC      := $(VENV)/bin/clustercheck
 # what the tests start or run for real: sshd and a login shell of each kind (fish, tcsh), Slurm and
 # munge on loopback, bubblewrap containers over a debootstrap rootfs with a squashfs image
-SYSTEM_PACKAGES := openssh-server openssh-client slurm-wlm munge bubblewrap debootstrap squashfs-tools tcsh fish
+SYSTEM_PACKAGES := openssh-server openssh-client slurm-wlm munge bubblewrap debootstrap squashfs-tools tcsh fish shellcheck
 
 .PHONY: venv demo test lint bench dist system-deps clean
 
