@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from clustercheck import Host, Result, check, fail, ok, skip
 from clustercheck.errors import HostError
+from clustercheck.facts import script_text, shown_with
 from clustercheck.facts.gpu import gpus
 from clustercheck.facts.processes import process_names, processes
 
@@ -361,20 +362,8 @@ def fresh_values(series: Iterable[Series], gpus: Sequence[GpuId], names: Sequenc
 
 SCRAPE_TOOLS = ("curl", "wget", "python3")
 
-# For nodes with neither curl nor wget: the page to stdout, the error on stderr, exit 1.
-# No proxy: Prometheus scrapes the exporter directly, and an http_proxy set for the
-# outside world would otherwise swallow the request.
-_PYTHON_FETCH = (
-    "import sys, urllib.request as u\n"
-    "url, timeout, agent = sys.argv[1], float(sys.argv[2]), sys.argv[3]\n"
-    "try:\n"
-    "    request = u.Request(url, headers={'User-Agent': agent})\n"
-    "    page = u.build_opener(u.ProxyHandler({})).open(request, timeout=timeout)\n"
-    "    sys.stdout.write(page.read().decode('utf-8', 'replace'))\n"
-    "except Exception as e:\n"
-    "    sys.stderr.write('%s: %s\\n' % (type(e).__name__, e))\n"
-    "    sys.exit(1)\n"
-)
+#: For nodes with neither curl nor wget: facts/scripts/scrape_page.py, run as `python3 -c`.
+_PYTHON_FETCH = script_text("scrape_page.py")
 
 
 def check_url(url: str) -> None:
@@ -450,7 +439,9 @@ def fetch(host: Host, url: str, timeout: float, number: int, tools: Sequence[str
     """Fetch the page on the node with the first of `tools` it has (exit 127: not there)."""
     for tool in tools:
         # the tool's own limit comes first, so its message says what happened
-        result = host.run(*scrape_argv(tool, url, timeout, number), timeout=timeout + 5)
+        argv = scrape_argv(tool, url, timeout, number)
+        shown = shown_with(argv, _PYTHON_FETCH, "'<clustercheck scrape script>'") if tool == "python3" else None
+        result = host.run(*argv, timeout=timeout + 5, shown_as=shown)
         if result.exit_code == 127 and not result.timed_out:
             continue
         if result.ok:
