@@ -4,6 +4,7 @@ the replayed fixtures (fixtures/gpu-nvlink-*, gpu-fabric-*, gpu-affinity-*)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -23,6 +24,7 @@ from clustercheck.facts.nvlink import (
     TopoError,
     closeness,
     expected_for,
+    fabric_from_record,
     nvswitches_in_log,
     parse_nvlink_errors,
     parse_nvlink_status,
@@ -651,3 +653,18 @@ def test_fabric_from_nvml_failed_registration_and_unhealthy(mocker: MockerFixtur
         assert said in check["summary"]
     assert record["gpus"][0]["fabric_clique_id"] == 2
     assert record["gpus"][0]["fabric_cluster_uuid"] == "dc6e40c4-d722-4357-9ba6-5291dd461278"
+
+
+def test_q_text_record_carries_the_fabric_as_nvml_does() -> None:
+    """`nvidia-smi -q` pasted as a node's record (facts.nvidia_smi) fills the same fabric fields."""
+    from clustercheck.facts.nvidia_smi import parse_nvidia_smi_q
+
+    h100 = parse_nvidia_smi_q(corpus("gpud-nvidia-smi-q-8xH100-535.161.08-fabric-completed.txt"))
+    assert {(g.fabric_state, g.fabric_status) for g in h100.gpus} == {("Completed", "Success")}
+    (a10,) = parse_nvidia_smi_q(corpus("gpud-nvidia-smi-q-A10-535.129.03.txt")).gpus
+    assert (a10.fabric_state, a10.fabric_status) == ("N/A", None)
+    blocks = fabric_from_record(h100.gpus)
+    assert blocks is not None and blocks == [
+        dataclasses.replace(b, line=0)
+        for b in parse_q_fabric(corpus("gpud-nvidia-smi-q-8xH100-535.161.08-fabric-completed.txt"))
+    ]

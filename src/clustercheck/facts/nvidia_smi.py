@@ -154,6 +154,24 @@ def _q_processes(gpu: _Node) -> tuple[GpuProcess, ...] | None:
     return tuple(sorted(found, key=lambda p: p.pid))
 
 
+def _q_fabric(gpu: _Node) -> Gpu:
+    """The `Fabric` block (535 and later) as the XML reader takes <fabric>, in a Gpu of its fields: State
+    (N/A kept: asked, no fabric), Status, CliqueId, ClusterUUID, the Health Summary where printed."""
+    block = gpu.find("Fabric")
+    state = block.find("State") if block is not None else None
+    if block is None or state is None:
+        return Gpu(index=0)
+    raw = (state.value or "").strip()
+    return Gpu(
+        index=0,
+        fabric_state=raw if raw and raw not in _NOT_VALUES else ("N/A" if raw else None),
+        fabric_status=block.text("Status"),
+        fabric_clique_id=_int(block.text("CliqueId")),
+        fabric_cluster_uuid=block.text("ClusterUUID"),
+        fabric_health=block.text("Health", "Summary"),
+    )
+
+
 def _q_gpu(index: int, bus_id: str, gpu: _Node) -> Gpu:
     link = gpu.find("PCI", "GPU Link Info")
     gen = link.find("PCIe Generation") if link else None
@@ -165,6 +183,8 @@ def _q_gpu(index: int, bus_id: str, gpu: _Node) -> Gpu:
     pending = None
     if retired is not None:
         pending = retired.text("Pending Page Blacklist") or retired.text("Pending Page Retirement")
+
+    fabric = _q_fabric(gpu)
 
     def at(node: _Node | None, *path: str) -> str | None:
         return node.text(*path) if node is not None else None
@@ -215,6 +235,11 @@ def _q_gpu(index: int, bus_id: str, gpu: _Node) -> Gpu:
         memory_used_mib=_int(gpu.text("FB Memory Usage", "Used")),
         memory_total_mib=_int(gpu.text("FB Memory Usage", "Total")),
         processes=_q_processes(gpu),
+        fabric_state=fabric.fabric_state,
+        fabric_status=fabric.fabric_status,
+        fabric_clique_id=fabric.fabric_clique_id,
+        fabric_cluster_uuid=fabric.fabric_cluster_uuid,
+        fabric_health=fabric.fabric_health,
     )
 
 
