@@ -818,7 +818,7 @@ def test_nccl_log_with_plain_arguments_imports_neither_typer_nor_rich() -> None:
     log = LOGS / "gnosia93-g6e48xl-4pods-1gpu-each-efa-noGDR.log.txt"
     code = (
         "import atexit, sys\n"
-        "from clustercheck.cli import main\n"
+        "from clustercheck.main import main\n"
         "heavy = ('typer', 'rich', 'paramiko', 'pydantic', 'psutil')\n"
         "atexit.register(lambda: print('LOADED', [m for m in heavy if m in sys.modules], file=sys.stderr))\n"
         f"main(['nccl-log', '--format=json', {str(log)!r}, '-j', '1'])\n"
@@ -884,3 +884,108 @@ def test_exact_channels_set_on_the_package_steers_every_scan(tmp_path: Path, mon
     monkeypatch.setattr(nccl_log, "EXACT_CHANNELS", 2000)
     # past the exact start intra-node P2P channels are no longer attributed one by one
     assert 0 < p2p_attributed() < everything
+
+
+# -- the byte-level pass by GNU grep (analyzers/nccl_log/grep.py) ---------------------------------------
+
+ALL_LOGS = sorted([*LOGS.iterdir(), *(CORPUS / "nccl_logs_new").iterdir()])
+EXPECTS = (None, "ib", "roce", "ofi", "socket")
+
+
+def _both_paths(
+    monkeypatch: pytest.MonkeyPatch, paths: list[Path], *, jobs: int = 1, **knobs: int
+) -> tuple[list[str], list[str], list[str]]:
+    """The JSON of every --expect through the pure-Python scan and through grep, and how grep fared."""
+    from clustercheck.analyzers.nccl_log import grep
+
+    for name, value in knobs.items():
+        monkeypatch.setattr(nccl_log, name, value)
+    monkeypatch.setattr(nccl_log, "GREP_MIN", 0)
+    fared: list[str] = []
+    real = grep.scan_file
+
+    def spy(*args: Any) -> Any:
+        try:
+            parts = real(*args)
+        except grep.Unsuitable as exc:
+            fared.append(str(exc))
+            raise
+        fared.append("grep")
+        return parts
+
+    monkeypatch.setattr(grep, "scan_file", spy)
+    out: dict[bool, list[str]] = {}
+    for use in (False, True):
+        monkeypatch.setattr(nccl_log, "GREP", use)
+        out[use] = []
+        for e in EXPECTS:
+            r = analyze_paths(paths, expect=e, jobs=jobs)
+            out[use].append(json.dumps({**r.to_json(), "lines": r.lines}))
+    return out[False], out[True], fared
+
+
+@pytest.mark.parametrize("name", [p.name for p in ALL_LOGS])
+def test_grep_path_gives_the_python_paths_report_on_every_corpus_log(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = next(p for p in ALL_LOGS if p.name == name)
+    # small blocks and a short exact start, so that most of every log is read the lean way
+    for exact, block in ((0, 1 << 14), (7, 1 << 12)):
+        python, via_grep, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=exact, BLOCK=block)
+        assert via_grep == python, (exact, block)
+        if exact == 0 and "a line longer than a block" not in fared:
+            assert "grep" in fared  # grep did read it (the comparison is not Python against itself)
+
+
+def test_grep_path_in_stretches_and_on_a_large_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _big_log(tmp_path, hosts=24, rounds=8)
+    monkeypatch.setattr(nccl_log, "PARALLEL_MIN", 1)
+    for jobs, exact in ((1, 500), (2, 500), (3, 0)):
+        python, via_grep, fared = _both_paths(monkeypatch, [path], jobs=jobs, EXACT_CHANNELS=exact, BLOCK=4096)
+        assert via_grep == python and fared.count("grep") == len(EXPECTS), (jobs, exact, fared)
+
+
+def test_grep_path_keeps_line_numbers_of_a_file_without_final_newline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = (LOGS / "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt").read_bytes().rstrip(b"\n")
+    path = tmp_path / "cut.log"
+    path.write_bytes(data + b"\nh9:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1> with error 12")
+    python, via_grep, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=0, BLOCK=4096)
+    assert via_grep == python and "grep" in fared
+    got = json.loads(python[0])
+    assert got["lines"] == data.count(b"\n") + 2 and got["errors"][-1]["line"] == got["lines"]
+
+
+def test_without_grep_on_path_the_python_scan_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _big_log(tmp_path)
+    python, via_grep, _ = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    _, no_grep, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
+    assert no_grep == python == via_grep and fared == ["no GNU grep"] * len(EXPECTS)
+
+
+def test_a_grep_that_is_not_gnu_or_fails_is_never_a_partial_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    import shutil as sh
+
+    path = _big_log(tmp_path)
+    python, _, _ = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
+    real = sh.which("grep")
+    assert real
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    fake = folder / "grep"
+    # busybox-like: not GNU -> the Python scan; GNU but killed mid-way -> an error said, then the Python scan
+    fake.write_text("#!/bin/sh\necho 'grep (BusyBox) 1.36'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    _, other, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
+    assert other == python and fared == ["no GNU grep"] * len(EXPECTS)
+    fake.write_text(
+        f'#!/bin/sh\ncase "$1" in --version) exec {real} --version;; esac\n{real} "$@" | head -c 3000; kill -9 $$\n'
+    )
+    _, killed, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
+    assert killed == python and "grep" not in fared
+    assert "failed (killed by signal 9)" in capfd.readouterr().err

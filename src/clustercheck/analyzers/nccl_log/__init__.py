@@ -53,6 +53,11 @@ MAX_LINE = 4 << 20
 EXACT_CHANNELS = 50_000
 #: Files at least this large are scanned in stretches on several processes (`jobs`).
 PARALLEL_MIN = 64 << 20
+#: Files at least this large have their byte-level pass past the exact start done by GNU grep
+#: (analyzers/nccl_log/grep.py) where it is on PATH; the same evidence as the Python scan.
+GREP_MIN = 32 << 20
+#: False: always the pure-Python scan (`CLUSTERCHECK_NCCL_GREP=0` in the environment says the same).
+GREP = True
 
 # ruff: noqa: E402 (the sizes above come first: the modules below read them from this package)
 from clustercheck.analyzers.nccl_log.grammar import (
@@ -89,6 +94,8 @@ __all__ = [
     "BLOCK",
     "EXACT_CHANNELS",
     "GARBLED",
+    "GREP",
+    "GREP_MIN",
     "GREP_PATTERN",
     "MAX_ERRORS",
     "MAX_HOSTS",

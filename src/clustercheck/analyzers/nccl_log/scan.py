@@ -92,7 +92,10 @@ class _Collector:
         if len(out.records) < _RECORDS_CAP:
             out.records.append((line, buf[start:end].decode("utf-8", "replace")))
 
-    def _rare(self, buf: bytes | bytearray, end: int, first_line: int, pattern: re.Pattern[bytes]) -> None:
+    def _rare(
+        self, buf: bytes | bytearray, end: int, first_line: int, pattern: re.Pattern[bytes], *, header: bool = False
+    ) -> None:
+        """Keep the lines `pattern` finds. `header`: every line starts with grep's `LINE:OFFSET:`, not kept."""
         rfind, find, count = buf.rfind, buf.find, buf.count
         seen, out = self._seen, self.out
         records = out.records
@@ -106,6 +109,8 @@ class _Collector:
             if stop < 0:
                 stop = end
             last_stop = stop
+            if header:
+                line_start, start = start, find(b":", find(b":", start) + 1) + 1
             raw = bytes(buf[start:stop])
             if b"0x" in raw:  # communicator pointers and ids differ; the rest repeats per communicator
                 raw = _HEX.sub(b"", raw)
@@ -114,8 +119,12 @@ class _Collector:
             if len(seen) >= _SEEN_CAP:
                 seen.clear()
             seen.add(raw)
-            line_no += count(b"\n", last_line_start, start)
-            last_line_start = start
+            if header:
+                line_no += count(b"\n", last_line_start, line_start)
+                last_line_start = line_start
+            else:
+                line_no += count(b"\n", last_line_start, start)
+                last_line_start = start
             if stop - start > MAX_KEPT:  # keep the head of an overlong line, and say it was cut
                 self._record(buf, start, stop, line_no)
             elif len(records) < _RECORDS_CAP:  # _record, inline: this runs for every kept line
@@ -198,7 +207,7 @@ class _Collector:
         else:
             entry[0] += 1
 
-    def _channels_fast(self, buf: bytes | bytearray, end: int, first_line: int) -> None:
+    def _channels_fast(self, buf: bytes | bytearray, end: int, first_line: int, *, header: bool = False) -> None:
         # Network channels: counted by their whole tail (name, device, GPUDirect RDMA).
         out = self.out
         attribute: list[bytes] = []
@@ -223,16 +232,23 @@ class _Collector:
         if attribute:  # network channels without GPUDirect RDMA: which hosts, exactly
             # whole tails only: "IB/0" must not match the start of "IB/0/GDRDMA"
             alternatives = b"|".join(map(re.escape, attribute))
-            self._attribute(buf, end, first_line, rb"via NET/(?:" + alternatives + rb")(?=\n)")
+            self._attribute(buf, end, first_line, rb"via NET/(?:" + alternatives + rb")(?=\n)", header=header)
         # Intra-node channels are the bulk of a log and say the same thing for every communicator:
         # past the exact start only shared memory (no P2P between local GPUs) is looked for.
         if shm:
-            self._attribute(buf, end, first_line, rb"via SHM", job_counts=True)
+            self._attribute(buf, end, first_line, rb"via SHM", job_counts=True, header=header)
 
     def _attribute(
-        self, buf: bytes | bytearray, end: int, first_line: int, pattern: bytes, *, job_counts: bool = False
+        self,
+        buf: bytes | bytearray,
+        end: int,
+        first_line: int,
+        pattern: bytes,
+        *,
+        job_counts: bool = False,
+        header: bool = False,
     ) -> None:
-        """Attribute the channel lines matching `pattern` to their hosts."""
+        """Attribute the channel lines matching `pattern` to their hosts (`header`: as in _rare)."""
         compiled = self._patterns.get(pattern)
         if compiled is None:
             if len(self._patterns) > 64:
@@ -250,13 +266,14 @@ class _Collector:
                     stop = end
             line_no += count(b"\n", last_line_start, start)
             last_line_start = start
-            marker = find(b"NCCL INFO ", start, m.start())
+            text = find(b":", find(b":", start) + 1) + 1 if header else start
+            marker = find(b"NCCL INFO ", text, m.start())
             if marker < 0:
                 continue
-            prefix = bytes(buf[start:marker])
+            prefix = bytes(buf[text:marker])
             host = prefixes.get(prefix, _UNSET)
             if host is _UNSET:
-                parsed = split_line(buf[start : min(stop, start + MAX_KEPT)].decode("utf-8", "replace"))
+                parsed = split_line(buf[text : min(stop, text + MAX_KEPT)].decode("utf-8", "replace"))
                 if parsed is None or parsed.level == "GARBLED":
                     continue
                 host = prefixes[prefix] = parsed.host

@@ -108,6 +108,19 @@ class _Job:
     remote_peer: Ref | None = None  # a completion error from a peer on another address
 
 
+def _tasks(size: int, jobs: int) -> list[tuple[int, int, bool]]:
+    """The stretches a large file is cut into for `jobs` processes: (start, end, first)."""
+    pieces = max(jobs * 4, size // (64 << 20))
+    step = -(-size // pieces)
+    return [(start, min(size, start + step), start == 0) for start in range(0, size, step)]
+
+
+def _grep_wanted() -> bool:
+    import os
+
+    return knobs.GREP and os.environ.get("CLUSTERCHECK_NCCL_GREP", "1") != "0"
+
+
 class Scanner:
     """What NCCL logs say, accumulated over inputs; then `report()` judges it."""
 
@@ -134,21 +147,36 @@ class Scanner:
         self.add(_scan_stream(stream, name))
 
     def feed_path(self, path: str, *, jobs: int = 1) -> None:
-        """Scan a file; a large one in stretches on up to `jobs` processes."""
+        """Scan a file; a large one in stretches on up to `jobs` processes, or through GNU grep."""
         size = Path(path).stat().st_size
-        if jobs <= 1 or size < knobs.PARALLEL_MIN or not _fork_available():
+        parallel = jobs > 1 and size >= knobs.PARALLEL_MIN and _fork_available()
+        if size >= knobs.GREP_MIN and _grep_wanted():
+            from clustercheck.analyzers.nccl_log import grep
+
+            try:
+                with open(path, "rb", buffering=0) as stream:
+                    parts = grep.scan_file(path, stream, _tasks(size, jobs) if parallel else [(0, size, True)])
+            except grep.Unsuitable:
+                pass
+            except grep.GrepFailed as exc:  # never a partial result: the whole file again, in Python
+                import sys
+
+                print(f"clustercheck: {exc}; reading {path} in Python instead", file=sys.stderr)
+            else:
+                self.job.sources.append(path)
+                for part in parts:
+                    self.add(part)
+                return
+        if not parallel:
             with open(path, "rb", buffering=0) as stream:
                 self.feed_stream(stream, path)
             return
         import multiprocessing
 
         self.job.sources.append(path)
-        pieces = max(jobs * 4, size // (64 << 20))
-        step = -(-size // pieces)
-        tasks = [(path, start, min(size, start + step), start == 0) for start in range(0, size, step)]
         offset = 0
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            for part in pool.imap(_scan_range, tasks):
+            for part in pool.imap(_scan_range, [(path, *task) for task in _tasks(size, jobs)]):
                 self.add(part, offset)
                 offset += part.lines
 
