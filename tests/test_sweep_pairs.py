@@ -295,6 +295,8 @@ def test_all_reduce_perf_missing_is_an_error_naming_nccl_tests(slurm: SlurmClust
     assert check["status"] == "error" and "nccl-tests" in check["remedy"], check
     assert "DRAIN" not in slurm.state("p2") and doc["sweep"]["p2"]["done"] == "left"
     _resume(slurm)
+    code, doc, stdout = site.sweep(slurm, "p2")  # one node: nothing to pair, and it says so
+    assert code == 0 and doc["pairs"]["pairs"] == [] and "pairs: none measured" in stdout, stdout
 
 
 @needs_slurm

@@ -801,6 +801,8 @@ def _lines(outcomes: dict[str, Outcome], pairs: dict[str, Any] | None = None) ->
             f"pair {'+'.join(p['nodes'])} ({'across ' if p['across'] else ''}{p['leaf']}): {p['status']}: "
             f"{p['transport'] or '?'}, {gdr}, {busbw}{twice}: {p['summary']}"
         )
+    if pairs is not None and pairs.get("pairs") == [] and not pairs.get("planned"):
+        lines.append("pairs: none measured (fewer than two nodes passed their own runs)")
     if pairs is not None and "stragglers" in pairs:
         slow = ", ".join(pairs["stragglers"]) or "none"
         lines.append(f"straggler (slow in every pair it is in): {slow}")
