@@ -18,6 +18,13 @@ The record (JSON)::
 Per GPU (null where the GPU or driver does not report it, e.g. "N/A" in the XML): see
 `GPU_FIELDS`. Field meanings follow NVML's documentation; the XML element each comes from
 is named in `parse_nvidia_smi_xml`.
+
+NVLink (`nvlinks`: per link its state, version, speed in MBps and DL error counters) comes from
+NVML only: `nvidia-smi -q -x` prints no NVLink block, so over SSH gpu.nvlink asks `nvidia-smi
+nvlink -s/-e`. The fabric (`fabric_state`, `fabric_status`, `fabric_clique_id`,
+`fabric_cluster_uuid`, `fabric_health`) comes from NVML's fabric info or the XML's <fabric>. A GPU
+NVML answers NOT_SUPPORTED for has `nvlinks: []` / `fabric_state: "N/A"` and the field named in
+`unsupported`: not supported is a fact about the GPU, never an error.
 """
 
 from __future__ import annotations
