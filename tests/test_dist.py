@@ -414,3 +414,29 @@ def test_the_build_is_reproducible(pyz: Path) -> None:
     files = {**build_pyz.from_source(REPO), **build_pyz.vendored()}
     assert build_pyz.render(files) == build_pyz.render(dict(reversed(list(files.items()))))
     assert os.access(pyz, os.X_OK) and pyz.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+
+
+def test_nccl_log_runs_without_typer_as_the_full_install_does(pyz: Path, bare_python: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    logs = REPO / "tests" / "corpus" / "nccl_logs"
+    log = logs / "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt"
+    for args in (["--format", "json", log], ["-f=json", log], [log, "--expect", "ib", "--jobs", "2", "-f", "json"]):
+        got = run(bare_python, pyz, "nccl-log", *args, cache=cache)
+        full = subprocess.run(
+            [sys.executable, "-m", "clustercheck", "nccl-log", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+            env=_env(),
+        )
+        if args[0] == "-f=json":  # not a plain argument (click reads the value '=json'): said, with the options
+            assert got.returncode == 64 and "--format table|json" in one_line(got.stderr)
+            continue
+        assert (got.returncode, got.stdout) == (full.returncode, full.stdout), got.stderr
+        assert json.loads(got.stdout)["link_layer"] == "roce"
+    socket = logs / "issue-nccl-tests-188-ib-disabled-socket-2node-init-EXCERPT.txt"
+    table = run(bare_python, pyz, "nccl-log", socket, cache=cache)
+    assert table.returncode in (1, 2) and "network: socket" in table.stdout, table.stderr
+    missing = run(bare_python, pyz, "nccl-log", tmp_path / "no-such.log", cache=cache)
+    assert missing.returncode == 64 and "no-such.log" in one_line(missing.stderr)

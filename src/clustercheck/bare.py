@@ -4,11 +4,12 @@
 dependencies (PyYAML's pure half, Rich, python-hostlist, nvidia-ml-py, prometheus_client) and
 runs on a node's own `python3` with no venv. Typer cannot come: its 0.29 series imports
 pydantic, whose core is a C extension built for one Python version. So this module parses the
-commands a node needs — `run`, `prolog`, `health`, `checks`, `--version` — with plain options,
+commands a node needs — `run`, `prolog`, `health`, `checks`, `nccl-log`, `--version` — with plain options,
 and hands everything else to Typer when it is importable (a full install), or says what to
 install when it is not. Option names, defaults and exit codes are the Typer application's
 (app.py, commands/; tests/test_dist.py compares the option names), and the work is done by the
-same functions. `prolog` is cli.fast_prolog's: the prolog's own parser and policy.
+same functions. `prolog` is cli.fast_prolog's: the prolog's own parser and policy; `nccl-log` is
+cli.fast_nccl_log's (commands/nccl.py), the Typer-free path the full install takes for plain arguments.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, NoReturn
 from clustercheck import __version__, cli
 from clustercheck.errors import UsageError
 
-COMMANDS = ("run", "prolog", "health", "checks")
+COMMANDS = ("run", "prolog", "health", "checks", "nccl-log")
 
 # The distributions a command may need that the single file does not carry (C extensions).
 NOT_CARRIED = {
@@ -50,9 +51,11 @@ Usage: clustercheck [--debug] COMMAND [OPTIONS]   (clustercheck {__version__}, t
              [--state-file PATH] [--record-file PATH] [--scontrol PATH] [--format table|json]
              [--syslog-socket PATH] [--trust-fixture-code]
   checks     [--format table|json] [--checks DIR] [--profile P]
+  nccl-log   FILE... (- for stdin) [--format table|json] [--expect ib|roce|ofi|socket]
+             [--expect-gdr] [--jobs N]
   --version
 
-The other commands (--ssh fleets, record, explain, profiles, topology, nccl-log, report, ...)
+The other commands (--ssh fleets, record, explain, profiles, topology, report, ...)
 need the full install: pip install clustercheck (README: Install).
 """
 
@@ -259,6 +262,22 @@ def checks(args: Sequence[str]) -> None:
     Console().print(table)
 
 
+def nccl_log(args: Sequence[str]) -> None:
+    """`nccl-log`: cli.fast_nccl_log, the same parser, scan and report as the full install's."""
+    if cli.fast_nccl_log(["nccl-log", *args]):
+        return
+    try:
+        import typer  # noqa: F401  (a full install beside the node's python3: its answer)
+    except ImportError:
+        raise UsageError(
+            f"nccl-log {' '.join(args)}: the single file takes FILE... (- for stdin), --format table|json, "
+            "--expect ib|roce|ofi|socket, --expect-gdr and --jobs N (N >= 1), each once"
+        ) from None
+    from clustercheck.main import main as full
+
+    full(["--debug", "nccl-log", *args] if cli.state.debug else ["nccl-log", *args])
+
+
 def _not_carried(module: str, what: str) -> UsageError:
     dist = NOT_CARRIED.get(module, module)
     why = {
@@ -280,7 +299,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         cli.state.debug = True
         args.pop(0)
     command = args[0] if args else "--help"
-    handlers = {"run": run, "prolog": prolog, "health": health, "checks": checks}
+    handlers = {"run": run, "prolog": prolog, "health": health, "checks": checks, "nccl-log": nccl_log}
 
     def body() -> None:
         if command == "--version":
@@ -297,7 +316,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
                 import typer  # noqa: F401  (a full install beside the node's python3: use it)
             except ImportError:
                 raise _not_carried("typer", f"`clustercheck {command}`") from None
-            cli.main(["--debug", *args] if cli.state.debug else args)
+            from clustercheck.main import main as full
+
+            full(["--debug", *args] if cli.state.debug else args)
         except ModuleNotFoundError as exc:  # a C-extension dependency the single file does not carry
             top = (exc.name or "").partition(".")[0]
             if top in NOT_CARRIED:
