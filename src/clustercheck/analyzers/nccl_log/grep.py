@@ -17,6 +17,8 @@ partial result.
 from __future__ import annotations
 
 import collections
+import contextlib
+import fcntl
 import mmap
 import os
 import re
@@ -110,6 +112,8 @@ class _Output:
         assert proc.stdout is not None
         self.proc = proc
         self.fd = proc.stdout.fileno()
+        with contextlib.suppress(OSError, AttributeError):  # fewer, larger writes from grep (Linux)
+            fcntl.fcntl(self.fd, fcntl.F_SETPIPE_SZ, 1 << 20)
         self.chunks: collections.deque[bytes] = collections.deque()
         self.held = 0
         self.done = False
