@@ -4,6 +4,7 @@ and how the evidence names such a script instead of spelling it out (`Host.run(s
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.resources
 import re
 import subprocess
@@ -31,26 +32,40 @@ def test_shown_as_names_the_command_in_the_evidence_and_runs_argv_unchanged() ->
 
 
 # -- the scripts' text: pinned, as recorded in fixtures --------------------------------------
-#: sha256 of each script as sent, taken from the Python strings these files replaced: the same
-#: bytes, so every fixture that recorded them replays. A new hash means re-recording fixtures.
+#: Each shell script as sent, `module:NAME` -> (its file in facts/scripts, length, sha256). The
+#: hashes were taken from the Python strings these files replaced: the same bytes, so every
+#: fixture that recorded them replays. A new hash means re-recording the fixtures that ran it.
 SENT = {
-    "PROBE_SCRIPT": (944, "1df6471b563a63e7d6837e7d34b8bfb9ca6d57fde55d5de97fe177b003e30004"),
-    "IMAGE_SCRIPT": (2565, "af2bdbcfc146e6fc215abc7260273d69c18d184161ddd67e7694b2974cc638f5"),
-    "IMAGE_FILE_SCRIPT": (219, "a91e714392e7d4993788142e9ed91f63db767bed63026662ba0fea7f13e31ad9"),
+    "clustercheck.facts.image:PROBE_SCRIPT": (
+        "rdma_image_probe.sh",
+        944,
+        "1df6471b563a63e7d6837e7d34b8bfb9ca6d57fde55d5de97fe177b003e30004",
+    ),
+    "clustercheck.facts.image:IMAGE_SCRIPT": (
+        "image_stack_probe.sh",
+        2565,
+        "af2bdbcfc146e6fc215abc7260273d69c18d184161ddd67e7694b2974cc638f5",
+    ),
+    "clustercheck.facts.image:IMAGE_FILE_SCRIPT": (
+        "image_file.sh",
+        219,
+        "a91e714392e7d4993788142e9ed91f63db767bed63026662ba0fea7f13e31ad9",
+    ),
 }
-SHELL_FILES = {
-    "PROBE_SCRIPT": "rdma_image_probe.sh",
-    "IMAGE_SCRIPT": "image_stack_probe.sh",
-    "IMAGE_FILE_SCRIPT": "image_file.sh",
-}
 
 
-@pytest.mark.parametrize("name", sorted(SENT))
-def test_a_script_is_sent_byte_for_byte_as_recorded(name: str) -> None:
-    from clustercheck.facts import image
+def sent(where: str) -> str:
+    """The text a `module:NAME` of SENT sends to the node."""
+    module, _, name = where.partition(":")
+    text = getattr(importlib.import_module(module), name)
+    assert isinstance(text, str)
+    return text
 
-    sent = getattr(image, name)
-    assert (len(sent), hashlib.sha256(sent.encode()).hexdigest()) == SENT[name]
+
+@pytest.mark.parametrize("where", sorted(SENT))
+def test_a_script_is_sent_byte_for_byte_as_recorded(where: str) -> None:
+    text = sent(where)
+    assert (len(text), hashlib.sha256(text.encode()).hexdigest()) == SENT[where][1:]
 
 
 SHIPPED_SHELL = sorted(
@@ -64,15 +79,13 @@ def test_every_shell_script_is_posix_sh_as_shipped(file: str) -> None:
     is installed): what a script does on purpose it says in `# shellcheck disable=` lines."""
     shipped = importlib.resources.files("clustercheck.facts.scripts").joinpath(file).read_text()
     assert posix_sh_problems(shipped, shellcheck=True) == []
-    assert file in SHELL_FILES.values(), f"{file}: name what sends it in SHELL_FILES and pin its text in SENT"
+    assert file in [f for f, _, _ in SENT.values()], f"{file}: pin what sends it in SENT"
 
 
-@pytest.mark.parametrize("name", sorted(SHELL_FILES))
-def test_a_shell_script_is_posix_sh_as_sent(name: str) -> None:
-    from clustercheck.facts import image
-
-    assert posix_sh_problems(getattr(image, name)) == []
-    assert not re.search(r"@[A-Z][A-Z0-9_]*@", getattr(image, name))  # every placeholder filled
+@pytest.mark.parametrize("where", sorted(SENT))
+def test_a_shell_script_is_posix_sh_as_sent(where: str) -> None:
+    assert posix_sh_problems(sent(where)) == []
+    assert not re.search(r"@[A-Z][A-Z0-9_]*@", sent(where))  # every placeholder filled
 
 
 def test_the_loader_fills_placeholders_once_and_refuses_a_mismatch() -> None:
