@@ -94,7 +94,7 @@ def test_json_shape_is_the_documented_one() -> None:
 def test_jsonl_has_one_line_per_host_and_check() -> None:
     proc = cli("run", "--replay", str(DEMO), "--profile", SITE, "--format", "jsonl")
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert len(lines) == 13 * 18  # 13 hosts, 18 checks (node, gpu and stack)
+    assert len(lines) == 13 * 20  # 13 hosts, 20 checks (node, gpu, storage and stack)
     assert {line["host"] for line in lines} == {f"gpu{i:03d}" for i in range(1, 14)}
 
 
@@ -240,7 +240,7 @@ def test_whole_run_timeout_reports_unfinished_checks(tmp_path: Path) -> None:
 def test_prolog_path_imports_neither_typer_nor_rich_nor_paramiko() -> None:
     code = (
         "import atexit, sys\n"
-        "from clustercheck.cli import main\n"
+        "from clustercheck.main import main\n"
         "heavy = ('typer', 'rich', 'paramiko', 'pydantic', 'psutil')\n"
         "atexit.register(lambda: print('LOADED', [m for m in heavy if m in sys.modules], file=sys.stderr))\n"
         "main(['run', '--local', '--profile', 'prolog', '--format', 'json'])\n"

@@ -307,7 +307,7 @@ def test_a_hang_outside_the_checks_ends_at_the_budget_by_policy(tmp_path: Path, 
 CRASH = (
     "import sys\n"
     "from clustercheck import runner\n"
-    "from clustercheck.cli import main\n"
+    "from clustercheck.main import main\n"
     "def broken(*a, **k):\n"
     "    raise RuntimeError('a bug in clustercheck')\n"
     "runner.run_profile = broken\n"
@@ -371,7 +371,7 @@ def test_bad_options_follow_the_internal_error_policy(tmp_path: Path) -> None:
 def test_prolog_imports_neither_typer_nor_rich_nor_paramiko(tmp_path: Path) -> None:
     code = (
         "import atexit, sys\n"
-        "from clustercheck.cli import main\n"
+        "from clustercheck.main import main\n"
         "heavy = ('typer', 'rich', 'paramiko', 'pydantic', 'psutil')\n"
         "atexit.register(lambda: print('LOADED', [m for m in heavy if m in sys.modules], file=sys.stderr))\n"
         f"main(['prolog', '--state-file', {str(tmp_path / 's.json')!r}, '--syslog-socket', ''])\n"
@@ -492,3 +492,19 @@ def test_slurm_commands_are_recognized_in_argv_and_scripts() -> None:
     assert slurm.slurm_command(["cat", "/etc/slurm/slurm.conf"]) is None
     assert slurm.slurm_command(["sh", "-c", "grep -c scontrolx /proc/x"]) is None
     assert slurm.slurm_command([]) is None
+
+
+def test_bundled_gpu_prolog_judges_counters_only_where_an_rdma_stack_is(tmp_path: Path) -> None:
+    """The bundled prolog runs rdma.counters (since the previous run) on every node: the recorded GPU node
+    without HCAs (no /proc/modules, no /sys/class/infiniband) skips it from those two reads, with no
+    gather recorded or run, and its verdict is the one it had before the check was added."""
+    env = {"SLURMD_NODENAME": "gpu001", "SLURM_JOB_ID": "77"}
+    node = FIXTURES / "prolog-gpu" / "driver-gone"
+    assert not [p for p in (node / "commands").iterdir() if p.name.startswith("sh_")]  # no gather recorded
+    proc = prolog("--replay", node, "--state-file", tmp_path / "s.json", env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr  # gpu.count fails: the driver is gone
+    checks = {c["id"]: c for c in state_of(tmp_path / "s.json")["checks"]}
+    counters = checks["rdma.counters"]
+    assert counters["status"] == "skip"
+    assert counters["summary"].startswith("no RDMA stack on this node (no ib_core module, no /sys/class/infiniband)")
+    assert [c["id"] for c in checks.values() if c["status"] == "fail"] == ["gpu.count"]

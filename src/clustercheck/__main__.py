@@ -1,5 +1,5 @@
 """`python -m clustercheck`."""
 
-from clustercheck.cli import main
+from clustercheck.main import main
 
 main()

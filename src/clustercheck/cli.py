@@ -1,6 +1,6 @@
-"""The entry point and its one error boundary: `main()` alone prints errors and picks exit
-codes (0 ok, 1 warn, 2 fail, 3 error, 64 bad usage or input, 70 internal error; see
-result.ExitCode).
+"""The one error boundary and what every command shares: `guarded()` alone prints errors and
+picks exit codes (0 ok, 1 warn, 2 fail, 3 error, 64 bad usage or input, 70 internal error; see
+result.ExitCode); the entry point (`clustercheck.main`) calls it around everything.
 
 The Typer application (`app.py`) defines every subcommand. A plain local run —
 `clustercheck run --local --profile P [--format F] [--output FILE] [--timeout S] ...`, what
@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from clustercheck import __version__, formats
 from clustercheck.errors import ClusterCheckError, HostError, UsageError
@@ -77,24 +77,6 @@ def make_transports(
     from clustercheck.transports.local import LocalTransport
 
     return [LocalTransport()]
-
-
-def recorded_profile(transports: Sequence[Transport]) -> str:
-    """The profile the replayed fixtures were recorded for (a path is relative to its fixture)."""
-    refs: set[str | None] = set()
-    for t in transports:
-        fixture = t.fixture
-        if fixture is None or fixture.profile is None:
-            refs.add(None)
-            continue
-        relative = fixture.path / fixture.profile
-        try:
-            refs.add(str(relative.resolve()) if relative.is_file() else fixture.profile)
-        except (OSError, ValueError):  # not a usable path: let the profile loader say so
-            refs.add(fixture.profile)
-    if len(refs) != 1 or None in refs:
-        raise UsageError("--profile is required (fixtures supply it only when they all name the same one)")
-    return str(refs.pop())
 
 
 def check_output(output: Path | None, option: str = "-o") -> None:
@@ -196,7 +178,7 @@ def execute_run(
 
     formats.check_view(fmt, by=by, all_hosts=all_hosts)  # before any host is contacted
     check_output(output)
-    ref = profile or recorded_profile(transports)
+    ref = profile or profiles.recorded_profile(transports)
     prof = profiles.load(ref, extra_check_dirs=checks_dirs, allow_code=profile is not None or trust_fixture_code)
     replays = [t for t in transports if t.fixture is not None]
     if replays:  # a replay's "re-record it with ..." hint names what this run uses
@@ -268,7 +250,7 @@ def hard_stop_grace(timeout: float) -> float:
 
 def _bounded(body: Callable[[], None], timeout: float) -> None:
     """Run body in a child (its own error boundary, its own output), killed past the deadline."""
-    from clustercheck import slurm
+    from clustercheck.bounded import run_bounded
 
     def work() -> int:
         global _in_bounded_child
@@ -279,7 +261,7 @@ def _bounded(body: Callable[[], None], timeout: float) -> None:
         return code
 
     limit = timeout + hard_stop_grace(timeout)
-    outcome = slurm.run_bounded(work, limit, debug=state.debug)
+    outcome = run_bounded(work, limit, debug=state.debug)
     if outcome.killed:
         raise ClusterCheckError(
             f"the run did not end within --timeout {timeout:g} s (+{hard_stop_grace(timeout):g} s to report): "
@@ -444,7 +426,7 @@ def guarded(body: Callable[[], None]) -> int:
     return state.exit_code
 
 
-_command: list[str] = []  # main()'s arguments, for the --debug hint
+_command: list[str] = []  # the command line (main.main sets it), for the --debug hint
 
 
 def _debug_command() -> str:
@@ -452,23 +434,3 @@ def _debug_command() -> str:
     words = [a for a in _command if a != "--debug"]
     sub = next((a for a in words if not a.startswith("-")), None)
     return f"clustercheck --debug {sub} ..." if sub else "clustercheck --debug ..."
-
-
-def _dispatch(args: list[str]) -> None:
-    if fast_local_run(args) or fast_prolog(args) or fast_nccl_log(args):
-        return
-    from clustercheck.app import app
-
-    try:
-        app(args=args, prog_name="clustercheck")
-    except SystemExit as exc:  # Typer always ends this way
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ExitCode.USAGE)
-        # Typer's own usage errors exit 2, which means "a check failed" here: remap them.
-        state.exit_code = int(ExitCode.USAGE if code == 2 else (code or state.exit_code))
-
-
-def main(argv: list[str] | None = None) -> NoReturn:
-    """Entry point: run the command and map everything to a documented exit code."""
-    args = sys.argv[1:] if argv is None else argv
-    _command[:] = args
-    sys.exit(guarded(lambda: _dispatch(args)))

@@ -19,14 +19,18 @@ from __future__ import annotations
 import difflib
 import importlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from clustercheck import registry
 from clustercheck.errors import ProfileError, UsageError
+
+if TYPE_CHECKING:
+    from clustercheck.transports.base import Transport
 
 _TOP_KEYS = {"name", "description", "extends", "check_dirs", "checks"}
 
@@ -552,3 +556,21 @@ def explain_sources(prof: Profile) -> str:
     for text, where in lines:
         out.append(f"{text:<{width}}  # {shown(where)}" if where else text)
     return "\n".join(out) + "\n"
+
+
+def recorded_profile(transports: Sequence[Transport]) -> str:
+    """The profile the replayed fixtures were recorded for (a path is relative to its fixture)."""
+    refs: set[str | None] = set()
+    for t in transports:
+        fixture = t.fixture
+        if fixture is None or fixture.profile is None:
+            refs.add(None)
+            continue
+        relative = fixture.path / fixture.profile
+        try:
+            refs.add(str(relative.resolve()) if relative.is_file() else fixture.profile)
+        except (OSError, ValueError):  # not a usable path: let the profile loader say so
+            refs.add(fixture.profile)
+    if len(refs) != 1 or None in refs:
+        raise UsageError("--profile is required (fixtures supply it only when they all name the same one)")
+    return str(refs.pop())

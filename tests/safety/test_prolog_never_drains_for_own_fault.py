@@ -122,7 +122,7 @@ def test_a_crash_while_judging_passes_the_node_and_says_why(tmp_path: Path, sink
     crash = (
         "import sys\n"
         "from clustercheck import slurm\n"
-        "from clustercheck.cli import main\n"
+        "from clustercheck.main import main\n"
         "def broken(*a, **k):\n"
         "    raise RuntimeError('a bug in clustercheck, after the checks')\n"
         "slurm.drain_reason = broken\n"
