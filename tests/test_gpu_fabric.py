@@ -668,3 +668,19 @@ def test_q_text_record_carries_the_fabric_as_nvml_does() -> None:
         dataclasses.replace(b, line=0)
         for b in parse_q_fabric(corpus("gpud-nvidia-smi-q-8xH100-535.161.08-fabric-completed.txt"))
     ]
+
+
+def test_fabric_over_ssh_still_reads_the_health_summary_from_q(tmp_path: Path) -> None:
+    """A record made of `nvidia-smi -q -x` (source nvidia-smi) has the <fabric> state but no health summary:
+    gpu.fabric reads `nvidia-smi -q` for it, as before the record carried a fabric."""
+    fixture = tmp_path / "ssh"
+    shutil.copytree(FIXTURES / "gpu-fabric-healthy", fixture)
+    path = fixture / "probes" / "nvml.json"
+    record = json.loads(path.read_text())
+    record["source"] = "nvidia-smi"
+    for g in record["gpus"]:
+        g.update(fabric_state="Completed", fabric_status="Success")
+    path.write_text(json.dumps(record))
+    code, check = run_json("--replay", fixture)
+    assert (code, check["status"], check["data"]["source"]) == (0, "ok", "nvidia-smi -q")
+    assert check["evidence"][0] == "`nvidia-smi -q`: 8 Fabric blocks, 8 with a fabric state"

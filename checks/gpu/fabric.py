@@ -1,8 +1,7 @@
 """The NVSwitch fabric: nvidia-fabricmanager running, every GPU's fabric Completed/Success, no SXid.
 
-Reads each GPU's fabric state from the GPU record (probe `nvml`: NVML's fabric info in-process, the
-<fabric> block of `nvidia-smi -q -x` over SSH) where it carries one, else the `Fabric` block of
-`nvidia-smi -q` per GPU; `systemctl is-active nvidia-fabricmanager`
+Reads each GPU's fabric state from the GPU record (probe `nvml`: NVML's fabric info in-process)
+where it carries one, else the `Fabric` block of `nvidia-smi -q` per GPU; `systemctl is-active nvidia-fabricmanager`
 (or the `nv-fabricmanager` process where systemctl is not there), and the kernel log for NVSwitch
 devices and SXid events. Parsers: clustercheck.facts.nvlink.
 """
@@ -17,7 +16,7 @@ from clustercheck.facts.nvlink import SxidEvent, fabric_from_record, nvswitches_
 
 from . import _usable
 
-_ORIGIN = {"nvml": "NVML fabric info", "nvidia-smi": "`nvidia-smi -q -x` <fabric>"}
+_ORIGIN = {"nvml": "NVML fabric info"}
 
 SYMPTOM = (
     'until the fabric is up CUDA fails at start with "system not yet initialized" '
@@ -65,11 +64,11 @@ def fabric(host: Host, *, ignore_sxid: tuple[str, ...] = ()) -> Result:
     (kubernetes-sigs/dra-driver-nvidia-gpu#626) cannot run NVLink jobs either. NVSwitch errors
     (SXid) that NVIDIA classes as fatal need the GPUs and NVSwitches reset.
 
-    How: every GPU's fabric state, status and health: NVML's (nvmlDeviceGetGpuFabricInfoV) or
-    the <fabric> block of `nvidia-smi -q -x`, as the GPU record has them, else the `Fabric` block
-    of `nvidia-smi -q` (State, Status, Health Summary); data `source` says which. And the kernel
-    log (`dmesg`, or `journalctl -k -b`): NVSwitches are present where a GPU's
-    fabric state is not N/A or the kernel log names `nvidia-nvswitchN` devices. Without either:
+    How: every GPU's fabric state, status and health: NVML's (nvmlDeviceGetGpuFabricInfoV, in
+    the GPU record locally), else the `Fabric` block of `nvidia-smi -q` (State, Status, Health
+    Summary; over SSH too, as the `-q -x` record has no health summary); data `source` says
+    which. And the kernel log (`dmesg`, or `journalctl -k -b`): NVSwitches are present where a
+    GPU's fabric state is not N/A or the kernel log names `nvidia-nvswitchN` devices. Without either:
     skip, "no NVSwitch: fabric manager not needed". With local NVSwitches, nvidia-fabricmanager
     must be active (`systemctl is-active`, else the nv-fabricmanager process). State other than
     Completed, Status other than Success, Health Unhealthy fail. SXid lines (`nvidia-nvswitchN:
@@ -91,7 +90,9 @@ def fabric(host: Host, *, ignore_sxid: tuple[str, ...] = ()) -> Result:
     usable = _usable(record)
     if isinstance(usable, Result):
         return usable
-    recorded = fabric_from_record(usable)
+    # the XML's <fabric> carries no health summary in the drivers seen (535-580): a record made of it
+    # (over SSH) is judged from `nvidia-smi -q`, whose Fabric block has Health / Summary
+    recorded = fabric_from_record(usable) if record.source != "nvidia-smi" else None
     if recorded is not None:
         blocks, origin = recorded, record.source or "nvml"
         said_blocks = f"GPU record ({_ORIGIN.get(origin, origin)}): {len(blocks)} GPUs"
