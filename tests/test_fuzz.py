@@ -17,19 +17,19 @@ import json
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from clustercheck.checks.node import PROCESS_NAMES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clustercheck import profile, registry
 from clustercheck.errors import FixtureError, HostError, NotRecorded, ProfileError, UsageError
+from clustercheck.facts.processes import PROCESS_NAMES
 from clustercheck.host import CommandResult
 from clustercheck.transports.fixture import MANIFEST, Fixture, RecordingTransport, ReplayTransport, find_fixtures
 
@@ -446,13 +446,14 @@ def test_fixture_seed_replays_cleanly() -> None:
         assert transport.run(PS, timeout=0.001).timed_out
         assert transport.read("/proc/meminfo", timeout=1).startswith("MemTotal")
         assert transport.probe("nvml", timeout=1) == {"driver": "550.54.15", "gpus": []}
-        for call, error in [
+        cases: list[tuple[Callable[[], object], type[Exception]]] = [
             (lambda: transport.read(ABSENT, timeout=1), FileNotFoundError),
             (lambda: transport.read("/etc/passwd", timeout=1), NotRecorded),
             (lambda: transport.probe("nvml.v2", timeout=1), HostError),
             (lambda: transport.probe("missing", timeout=1), NotRecorded),
             (lambda: transport.run(["true"], timeout=1), NotRecorded),
-        ]:
+        ]
+        for call, error in cases:
             try:
                 call()
             except error:

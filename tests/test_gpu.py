@@ -29,6 +29,10 @@ HEALTHY = FIXTURES / "gpu-h100" / "healthy"
 SMI = CORPUS / "nvidia_smi"
 
 
+# the commands a test fixture answers: argv -> (exit code, stdout, stderr)
+Commands = dict[tuple[str, ...], tuple[int, str, str]]
+
+
 def healthy_record() -> dict[str, Any]:
     record: dict[str, Any] = json.loads((HEALTHY / "probes/nvml.json").read_text())
     return record
@@ -39,7 +43,7 @@ def node(
     *,
     record: dict[str, Any] | None = None,
     files: dict[str, str | None] | None = None,
-    commands: dict[tuple[str, ...], tuple[int, str, str]] | None = None,
+    commands: Commands | None = None,
 ) -> Path:
     """A copy of the healthy H100 fixture with the given record, files (None: absent) and commands."""
     folder = tmp_path / "node"
@@ -169,7 +173,7 @@ def test_nvidia_version_file_proprietary_and_open() -> None:
 
 
 def test_no_driver_fails_count_and_skips_the_rest(tmp_path: Path) -> None:
-    record = {
+    record: dict[str, Any] = {
         "source": "nvml",
         "error": "NVML library not found (libnvidia-ml.so.1), and no nvidia-smi on PATH",
         "driver_version": None,
@@ -309,7 +313,7 @@ def h100_q_record() -> dict[str, Any]:
 def test_pcie_downgrade_against_gpu_and_slot(tmp_path: Path) -> None:
     record = h100_q_record()
     record["gpus"][0]["pcie_width_current"] = 8  # edited: GPU 0 trained at x8 (a bad riser)
-    readlink = {("readlink", "-f", "/sys/bus/pci/devices/0000:19:00.0"): (0, H100_GPU0_SYSFS + "\n", "")}
+    readlink: Commands = {("readlink", "-f", "/sys/bus/pci/devices/0000:19:00.0"): (0, H100_GPU0_SYSFS + "\n", "")}
     port = "/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/max_link_width"
     down = run(node(tmp_path / "a", record=record, commands=readlink, files={port: "16\n"}), "gpu.pcie_link")
     assert down.status.value == "fail" and down.action == "REPLACE_HW"
@@ -453,7 +457,7 @@ def test_xid_as_a_user_denied_the_kernel_log_is_an_error_not_ok(tmp_path: Path) 
     restricted = Path("/proc/sys/kernel/dmesg_restrict")
     if not restricted.exists() or restricted.read_text().strip() != "1" or not shutil.which("journalctl"):
         pytest.skip("needs kernel.dmesg_restrict=1 and journalctl")
-    answers = {}
+    answers: Commands = {}
     for argv in (("dmesg",), JOURNAL):
         proc = subprocess.run(
             ["su", "nobody", "-s", "/bin/sh", "-c", " ".join(argv)], capture_output=True, text=True, timeout=30
@@ -481,11 +485,11 @@ def test_xid_since_the_previous_prolog_judges_each_event_once(tmp_path: Path) ->
             tmp_path / name, files={"/proc/sys/kernel/random/boot_id": boot}, commands={("dmesg",): (0, log, "")}
         )
         shutil.rmtree(folder / "commands" / "dmesg")
-        args = ["prolog", "--replay", folder, "--profile", profile, "--state-file", tmp_path / "state" / "s.json"]
-        proc = cli(*args, "--syslog-socket", "")
+        state = tmp_path / "state" / "s.json"
+        proc = cli("prolog", "--replay", folder, "--profile", profile, "--state-file", state, "--syslog-socket", "")
         assert proc.returncode in (0, 2), proc.stderr
-        state: dict[str, Any] = json.loads((tmp_path / "state" / "s.json").read_text())
-        return state["checks"][0]
+        checks: list[dict[str, Any]] = json.loads(state.read_text())["checks"]
+        return checks[0]
 
     first = prolog(fell_off, "a")
     assert first["status"] == "fail" and "XID 79" in first["summary"]  # no marker yet: the whole boot
@@ -629,7 +633,8 @@ def test_power_not_supported_skips_with_the_reason(tmp_path: Path) -> None:
 
 def test_processes_left_on_a_gpu_fail_naming_pid_and_user(tmp_path: Path) -> None:
     t4 = corpus_record("telegraf-nvidia-smi-q-x-TeslaT4-515.xml.txt")  # python 5762 (1005 MiB) and Xorg (G)
-    ps = {("ps", "-o", "pid=,user=", "-p", "5762"): (0, "   5762 jdoe\n", "")}  # ps's format; the user modelled
+    # ps's format; the user modelled
+    ps: Commands = {("ps", "-o", "pid=,user=", "-p", "5762"): (0, "   5762 jdoe\n", "")}
     result = run(node(tmp_path, record=t4, commands=ps), "gpu.processes")
     assert result.status.value == "fail" and result.action == "FIX_CONFIG"
     assert result.summary == (
@@ -637,7 +642,7 @@ def test_processes_left_on_a_gpu_fail_naming_pid_and_user(tmp_path: Path) -> Non
         "(user jdoe, 1005 MiB, type C)"
     )
     assert "kill" in result.remedy and "proctrack/cgroup" in result.remedy
-    gone = {("ps", "-o", "pid=,user=", "-p", "5762"): (1, "", "")}  # exited between NVML and ps
+    gone: Commands = {("ps", "-o", "pid=,user=", "-p", "5762"): (1, "", "")}  # exited between NVML and ps
     assert "(user ?, 1005 MiB" in run(node(tmp_path / "b", record=t4, commands=gone), "gpu.processes").summary
     # Xorg alone is a graphics process: not a leftover of a compute job, unless asked
     a10g = node(tmp_path / "c", record=corpus_record("telegraf-nvidia-smi-q-x-A10G-515.xml.txt"))
@@ -658,14 +663,14 @@ def test_a_running_jobs_process_is_no_leftover_outside_its_prolog(
     assert "PID 5762 belongs to running job 4242" in "\n".join(result.evidence)
     # in the prolog of another job, that process holds the new job's GPU
     monkeypatch.setenv("SLURM_JOB_ID", "4243")
-    ps = {("ps", "-o", "pid=,user=", "-p", "5762"): (0, "   5762 jdoe\n", "")}
+    ps: Commands = {("ps", "-o", "pid=,user=", "-p", "5762"): (0, "   5762 jdoe\n", "")}
     other = node(tmp_path / "b", record=t4, files={"/proc/5762/cgroup": JOB_CGROUP}, commands=ps)
     assert run(other, "gpu.processes").status.value == "fail"
     monkeypatch.setenv("SLURM_JOB_ID", "4242")  # a run inside job 4242 itself
     assert run(other, "gpu.processes").status.value == "ok"
     # a process in no job's cgroup (an sshd session's) is a leftover wherever the check runs
     monkeypatch.delenv("SLURM_JOB_ID")
-    outside = {"/proc/5762/cgroup": "0::/user.slice/user-1000.slice/session-7.scope\n"}
+    outside: dict[str, str | None] = {"/proc/5762/cgroup": "0::/user.slice/user-1000.slice/session-7.scope\n"}
     assert run(node(tmp_path / "c", record=t4, files=outside, commands=ps), "gpu.processes").status.value == "fail"
 
 
@@ -694,7 +699,7 @@ def test_processes_in_the_prolog_fail_the_job_start(tmp_path: Path) -> None:
 def test_processes_on_a_shared_node_judge_only_the_jobs_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     record = json.loads((FIXTURES / "gpu-processes-left-4090/probes/nvml.json").read_text())
     pids = [p["pid"] for g in record["gpus"] if g["index"] in (1, 6) for p in g["processes"]]
-    ps = {("ps", "-o", "pid=,user=", "-p", ",".join(map(str, sorted(pids)))): (0, "", "")}
+    ps: Commands = {("ps", "-o", "pid=,user=", "-p", ",".join(map(str, sorted(pids)))): (0, "", "")}
     profile = tmp_path / "p.yaml"
     profile.write_text("checks:\n  gpu.processes:\n")
     monkeypatch.setenv("SLURM_JOB_ID", "4242")

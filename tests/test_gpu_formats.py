@@ -84,7 +84,7 @@ def test_q_other_layouts_and_their_conclusions() -> None:
     )
     retired = record_of(SMI / "azurehpc-nvsmi-q-retired-pages-8gpu-535-BAD-ecc.txt")  # a `-q -d PAGE_RETIREMENT`
     # five of the eight GPUs have retired pages (the MANIFEST row of H9 names only the first)
-    assert [(g.pci_bus_id[:8], g.retired_pages_sbe, g.retired_pages_dbe) for g in retired.gpus] == [
+    assert [((g.pci_bus_id or "")[:8], g.retired_pages_sbe, g.retired_pages_dbe) for g in retired.gpus] == [
         ("00000001", 60, 5),
         ("00000002", 2, 61),
         ("00000003", 0, 0),
@@ -177,7 +177,10 @@ def test_q_text_and_xml_fill_the_same_fields() -> None:
     q = parse_nvidia_smi_q(H100_Q.read_text())
     xml = parse_nvidia_smi_xml((SMI / "telegraf-nvidia-smi-q-x-A100-SXM4-80GB-535.xml.txt").read_text())
     mig_na = {"remapped_rows_correctable", "remapped_rows_uncorrectable", "remap_pending", "remap_failure"}
-    filled = lambda r: {k for k, v in r.gpus[0].to_json().items() if v is not None}  # noqa: E731
+
+    def filled(r: GpuRecord) -> set[str]:
+        return {k for k, v in r.gpus[0].to_json().items() if v is not None}
+
     # the A100 is in MIG mode: its row remapper reads N/A; and it has no NVSwitch fabric (State N/A, no Status)
     assert filled(q) - filled(xml) == mig_na | {"fabric_status"}
     assert filled(xml) <= filled(q)

@@ -188,7 +188,7 @@ def test_outside_a_job_is_a_usage_error(env: dict[str, str]) -> None:
     ],
 )
 def test_garbage_names_the_variable(name: str, value: str) -> None:
-    env = step_env(1, **{name: value})
+    env = {**step_env(1), name: value}
     with pytest.raises(UsageError) as caught:
         task = launch.slurm_task(env)
         launch.launch_env(env, task)
@@ -223,7 +223,7 @@ _TEXT = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.sampled_from(VARIABLES), _TEXT, min_size=1, max_size=4), st.integers(0, 3))
 def test_any_value_of_any_variable_is_read_or_refused_by_name(garbage: dict[str, str], rank: int) -> None:
-    env = {k: v.replace("\0", "") for k, v in step_env(rank, **garbage).items()}
+    env = {k: v.replace("\0", "") for k, v in {**step_env(rank), **garbage}.items()}
     try:
         task = launch.slurm_task(env)
         values, found = launch.launch_env(env, task)

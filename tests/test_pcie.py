@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import yaml
 from hypothesis import given, settings
@@ -21,7 +22,7 @@ AZURE = CORPUS / "pcie" / "gpud-lspci-nn-azure-8xA100-vm-nvswitch-domains.txt"
 LSPCI = ("commands", "lspci_-vvv", "stdout")
 
 
-def run_json(*args: str | Path) -> tuple[int, dict[str, object]]:
+def run_json(*args: str | Path) -> tuple[int, dict[str, Any]]:
     proc = cli("run", *args, "--format", "json")
     assert "Traceback" not in proc.stderr, proc.stderr
     (host,) = json.loads(proc.stdout)["hosts"].values()

@@ -158,8 +158,9 @@ def test_recording_an_unreachable_host_exits_as_run_would_and_writes_no_fixture(
 def _rerecord_hint(proc: subprocess.CompletedProcess[str]) -> str:
     for host in json.loads(proc.stdout)["hosts"].values():
         for check in host["checks"]:
-            if "has no recording of" in check["summary"]:
-                return check["summary"].split("re-record it with `", 1)[1].split("`", 1)[0]
+            summary: str = check["summary"]
+            if "has no recording of" in summary:
+                return summary.split("re-record it with `", 1)[1].split("`", 1)[0]
     raise AssertionError(f"no re-record hint in {proc.stdout[:2000]}")
 
 

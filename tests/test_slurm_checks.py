@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
-from clustercheck.checks.slurm import parse_cgroup_conf, parse_gpu_dirs, parse_gres_conf
+from clustercheck.checks.slurm import parse_gpu_dirs
 from tests.helpers import FIXTURES, cli
 
 from clustercheck.analyzers.topology import TopologyError, parse_gres_gpus, parse_slurm_conf
+from clustercheck.facts.slurm_conf import parse_cgroup_conf, parse_gres_conf
 from clustercheck.host import Host
 from clustercheck.profile import CheckConfig
 from clustercheck.result import CheckResult

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -966,7 +967,7 @@ def _dump_node(tmp_path: Path, dump: Path | None, max_ratio: str = "") -> tuple[
     return node, profile
 
 
-def _check(node: Path, profile: Path) -> tuple[int, dict[str, object]]:
+def _check(node: Path, profile: Path) -> tuple[int, dict[str, Any]]:
     proc = cli("run", "--replay", node, "--profile", profile, "--format", "json")
     assert "Traceback" not in proc.stderr, proc.stderr
     (host,) = json.loads(proc.stdout)["hosts"].values()

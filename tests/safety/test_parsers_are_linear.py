@@ -18,14 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from checks import monitoring, rdma, slurm
+from checks import monitoring
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.helpers import cli
 
 from clustercheck import hostlist
 from clustercheck.analyzers import nccl_log, nccl_tests, topology
+from clustercheck.analyzers.nccl_log import grammar
 from clustercheck.errors import UsageError
+from clustercheck.facts import slurm_conf
 
 MB = 1 << 20
 # Generous: linear code does each input in well under a second on a loaded two-core machine;
@@ -46,15 +48,15 @@ def repeat(unit: str, size: int = MB) -> str:
 
 
 HOSTILE: list[tuple[str, Callable[[Any], object], str]] = [
-    # the slurm.conf parser of rdma.memlock: a key retried at every position of a long word
-    ("rdma slurm.conf: one long word", rdma.parse_slurm_conf, repeat("a")),
-    ("rdma slurm.conf: words without =", rdma.parse_slurm_conf, repeat("ab ")),
-    ("rdma slurm.conf: an unclosed quote", rdma.parse_slurm_conf, "A=" + repeat('"a')),
+    # the slurm.conf parser of rdma.memlock (first_settings): a key retried at every position of a long word
+    ("rdma slurm.conf: one long word", slurm_conf.first_settings, repeat("a")),
+    ("rdma slurm.conf: words without =", slurm_conf.first_settings, repeat("ab ")),
+    ("rdma slurm.conf: an unclosed quote", slurm_conf.first_settings, "A=" + repeat('"a')),
     # slurm.conf / topology.conf Key=Value lines
     ("slurm.conf: many pairs on one line", topology.parse_slurm_conf, "NodeName=n1 " + repeat("Weight=1 ")),
     ("topology.conf: many pairs", topology.parse_topology_conf, "SwitchName=s1 " + repeat("LinkSpeed=1 ")),
     ("gres: unclosed parentheses", topology.parse_gres_gpus, repeat("gpu:1(")),
-    ("gres.conf: long names", slurm.parse_gres_conf, "NodeName=" + repeat("a1")),
+    ("gres.conf: long names", slurm_conf.parse_gres_conf, "NodeName=" + repeat("a1")),
     # hostlists: python-hostlist folds long digit-rich names in quadratic time and recurses per group
     ("hostlist: one long name", hostlist.expand, repeat("a1")),
     ("hostlist: nested brackets", hostlist.expand, repeat("[")),
@@ -158,16 +160,16 @@ def test_slurm_conf_pairs_match_the_old_parser_on_keys_that_start_words(line: st
     old: dict[str, str] = {}
     for m in OLD_SLURM_PAIR.finditer(line.split("#", 1)[0].strip()):
         old.setdefault(m.group(1).lower(), m.group(2).strip('"'))
-    new = {k: v for k, (v, _) in rdma.parse_slurm_conf(line).items()}
+    new = {k: v for k, (v, _) in slurm_conf.first_settings(line).items()}
     assert new == old
 
 
 @FUZZ
 @given(LINES)
 def test_nccl_prefix_patterns_match_the_old_ones(text: str) -> None:
-    assert groups(nccl_log._HOST.search(text)) == groups(OLD_HOST.search(text))
-    assert bool(nccl_log._SPLICED.search(text)) == bool(OLD_SPLICED.search(text))
-    assert groups(nccl_log._TAIL_PREFIX.search(text + " [0] ")) == groups(OLD_TAIL_PREFIX.search(text + " [0] "))
+    assert groups(grammar._HOST.search(text)) == groups(OLD_HOST.search(text))
+    assert bool(grammar._SPLICED.search(text)) == bool(OLD_SPLICED.search(text))
+    assert groups(grammar._TAIL_PREFIX.search(text + " [0] ")) == groups(OLD_TAIL_PREFIX.search(text + " [0] "))
     new = re.search(r"(?<!\d)(\d+) nvls channels", text)
     assert (new and new.group(1)) == ((m := OLD_NVLS.search(text)) and m.group(1))
 

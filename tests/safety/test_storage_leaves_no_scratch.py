@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from checks import storage
@@ -68,14 +69,15 @@ def wait_for_scratch(folder: Path, proc: subprocess.Popen[str]) -> Path:
     raise AssertionError(f"the script made no scratch folder (exit {proc.poll()})")
 
 
-def run_check(tmp_path: Path, params: dict[str, object], *options: str) -> dict[str, object]:
+def run_check(tmp_path: Path, params: dict[str, object], *options: str) -> dict[str, Any]:
     profile = tmp_path / "profile.yaml"
     profile.write_text(yaml.safe_dump({"checks": {"storage.read_pattern": params}}))
     proc = cli("run", "--local", "--profile", str(profile), "--format", "json", *options, timeout=120)
     assert "Traceback" not in proc.stderr, proc.stderr
     (host,) = json.loads(proc.stdout)["hosts"].values()
+    check: dict[str, Any]
     (check,) = host["checks"]
-    return check  # type: ignore[no-any-return]
+    return check
 
 
 def test_sigkill_of_the_script_leaves_no_data(tmp_path: Path) -> None:
@@ -104,7 +106,7 @@ def test_the_next_run_removes_what_a_killed_run_left(tmp_path: Path) -> None:
     old = time.time() - 120  # killed two minutes ago
     os.utime(folder, (old, old))
     check = run_check(tmp_path, {"path": str(data), "size": "32MiB", "budget": 3, "meta_files": 50, "readers": 2})
-    assert any(f"left by a killed earlier run ({folder})" in e for e in check["evidence"]), check  # type: ignore[union-attr]
+    assert any(f"left by a killed earlier run ({folder})" in e for e in check["evidence"]), check
     assert scratch(data) == []
 
 
@@ -119,7 +121,7 @@ def test_a_live_runs_folder_is_never_removed(tmp_path: Path) -> None:
         old = time.time() - 3600
         os.utime(live, (old, old))
         check = run_check(tmp_path, {"path": str(data), "size": "32MiB", "budget": 3, "meta_files": 50, "readers": 2})
-        assert "killed earlier run" not in " ".join(check["evidence"])  # type: ignore[arg-type]
+        assert "killed earlier run" not in " ".join(check["evidence"])
         assert files_in(live) == [".lock", "f000"]
     finally:
         os.close(fd)
