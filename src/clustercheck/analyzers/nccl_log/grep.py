@@ -19,7 +19,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
-import mmap
 import os
 import re
 import shutil
@@ -32,7 +31,9 @@ from clustercheck.analyzers.nccl_log.grammar import _CHANNEL, _RARE_LEAN
 from clustercheck.analyzers.nccl_log.scan import Partial, _blocks, _Collector
 
 #: Bytes of each grep's output held while the exact start is still being read (grep waits beyond it).
-_HELD = 16 << 20
+_HELD = 8 << 20
+#: Bytes of output handed to the collectors at a time.
+_TAKE = 2 << 20
 _LINE_NO = re.compile(rb"^([0-9]+):", re.MULTILINE)
 
 
@@ -68,7 +69,7 @@ def gnu_grep() -> str | None:
     return path if _GREP[key] else None
 
 
-def cuts(mm: mmap.mmap, begin: int, stop: int) -> list[int]:
+def cuts(mm: _Pread, begin: int, stop: int) -> list[int]:
     """Where scan._blocks ends its blocks reading [begin, stop): it reads BLOCK bytes at a time and
     cuts after the last newline read; the last block ends at `stop`. Unsuitable when some read holds
     no newline (a line longer than a block: the reader's overlong rule would depend on the reads)."""
@@ -80,7 +81,7 @@ def cuts(mm: mmap.mmap, begin: int, stop: int) -> list[int]:
         pos = min(stop, pos + block)
         nl = mm.rfind(b"\n", last, pos)
         if nl < 0:
-            if pos == stop and stop == len(mm):  # the file's last line, without a newline
+            if pos == stop and stop == mm.size:  # the file's last line, without a newline
                 break
             raise Unsuitable("a line longer than a block")
         last = nl + 1
@@ -90,7 +91,7 @@ def cuts(mm: mmap.mmap, begin: int, stop: int) -> list[int]:
     return out
 
 
-def exact_end(mm: mmap.mmap, ends: list[int], begin: int, exact: int) -> int:
+def exact_end(mm: _Pread, ends: list[int], begin: int, exact: int) -> int:
     """The index into `ends` of the first block read the lean way (the exact start has counted
     `exact` channel lines by then); len(ends) when the exact start lasts the whole stretch."""
     if exact <= 0:
@@ -98,7 +99,7 @@ def exact_end(mm: mmap.mmap, ends: list[int], begin: int, exact: int) -> int:
     start = begin
     for i, end in enumerate(ends):
         if mm.find(b"NCCL", start, end) >= 0:
-            exact -= len(_CHANNEL.findall(mm, start, end))
+            exact -= len(_CHANNEL.findall(mm.read(start, end)))
             if exact <= 0:
                 return i + 1
         start = end
@@ -147,14 +148,19 @@ class _Output:
         return bool(self.chunks) or (self.done and (bool(self.rest) or self.error is not None))
 
     def take(self) -> bytes:
-        """The whole lines read so far (call with the condition held); b"" if none."""
+        """Whole lines read so far, a few MB at most (call with the condition held); b"" if none."""
         if self.error is not None:
             raise GrepFailed(f"reading grep's output: {self.error}")
-        data = self.rest + b"".join(self.chunks)
-        self.chunks.clear()
-        self.held = 0
+        taken = [self.rest]
+        size = len(self.rest)
+        while self.chunks and size < _TAKE:
+            chunk = self.chunks.popleft()
+            taken.append(chunk)
+            size += len(chunk)
+            self.held -= len(chunk)
         self.cond.notify_all()
-        if self.done:
+        data = b"".join(taken)
+        if self.done and not self.chunks:
             self.rest = b""
             return data + b"\n" if data and not data.endswith(b"\n") else data
         nl = data.rfind(b"\n") + 1
@@ -241,79 +247,79 @@ def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) 
     size = os.fstat(fd).st_size
     if size == 0:
         raise Unsuitable("empty")
-    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
-        stretches: list[_Stretch] = []
-        for start, end, first in tasks:
-            begin = 0 if start == 0 else _line_start(mm, start)
-            stop = _line_start(mm, end)
-            if stop <= begin:
-                stretches.append(_Stretch(path, begin, begin, [], 0, 0))
-                continue
-            ends = cuts(mm, begin, stop)
-            exact = knobs.EXACT_CHANNELS if first else 0
-            stretches.append(_Stretch(path, begin, stop, ends, exact_end(mm, ends, begin, exact), exact))
-        lean = [s for s in stretches if s.block < len(s.ends)]
-        if not lean:
-            raise Unsuitable("the exact start is the whole file")
-        x = lean[0].block_start  # where the lean scan starts
-        procs: list[subprocess.Popen[bytes]] = []
-        outputs: list[_Output] = []
-        cond = threading.Condition()
-        try:
-            for strings in (RARE_STRINGS, VIA_STRINGS):
-                procs.append(_start(grep, path, fd, x, strings))
-                outputs.append(_Output(procs[-1], cond))
-            head = stretches[0]
-            line = 1
-            if head.block:  # the exact start, in Python, while the greps read the rest
-                stream.seek(0)
-                limit = head.ends[head.block - 1]
-                got: list[int] = []
-                pos = 0
-                for buf, end, n in _blocks(stream, head.collector.out, limit):
-                    head.collector.feed_block(buf, end, line)
-                    line += n
-                    pos = min(pos + end, limit)  # the reader ends a last line without a newline with one
-                    got.append(pos)
-                if got != head.ends[: head.block] or head.collector.out.overlong:
-                    raise Unsuitable("the exact start was read differently")
-            base = line - 1  # lines before x
-            rare, via = _RareFeeder(lean, x, base), _ViaFeeder(lean, mm, x, base)
-            while True:
-                with cond:
-                    while not any(o.ready() for o in outputs) and not all(o.done for o in outputs):
-                        cond.wait()
-                    if all(o.done and not o.ready() for o in outputs):
-                        break
-                    pieces = [o.take() if o.ready() else b"" for o in outputs]
-                if pieces[0]:
-                    rare.feed(pieces[0])
-                if pieces[1]:
-                    via.feed(pieces[1])
-            via.close()
-            for proc in procs:
-                err = proc.stderr.read() if proc.stderr else b""
-                code = proc.wait()
-                if code not in (0, 1):
-                    what = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-                    raise GrepFailed(f"grep on {path} failed ({what}): {err.decode(errors='replace').strip()}")
-            if os.fstat(fd).st_size != size:
-                raise GrepFailed(f"{path} changed while it was read")
-            last_line, last_end = max((rare.last, via.last, (base, x)), key=lambda t: t[1])
-            total = last_line + _count_lines(mm, last_end, size)
-        except BaseException:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-            raise
-        finally:
-            for o in outputs:
-                o.stop()
-            for proc in procs:
-                for pipe in (proc.stdout, proc.stderr):
-                    if pipe is not None:
-                        pipe.close()
+    mm = _Pread(fd, size)
+    stretches: list[_Stretch] = []
+    for start, end, first in tasks:
+        begin = 0 if start == 0 else _line_start(mm, start)
+        stop = _line_start(mm, end)
+        if stop <= begin:
+            stretches.append(_Stretch(path, begin, begin, [], 0, 0))
+            continue
+        ends = cuts(mm, begin, stop)
+        exact = knobs.EXACT_CHANNELS if first else 0
+        stretches.append(_Stretch(path, begin, stop, ends, exact_end(mm, ends, begin, exact), exact))
+    lean = [s for s in stretches if s.block < len(s.ends)]
+    if not lean:
+        raise Unsuitable("the exact start is the whole file")
+    x = lean[0].block_start  # where the lean scan starts
+    procs: list[subprocess.Popen[bytes]] = []
+    outputs: list[_Output] = []
+    cond = threading.Condition()
+    try:
+        for strings in (RARE_STRINGS, VIA_STRINGS):
+            procs.append(_start(grep, path, fd, x, strings))
+            outputs.append(_Output(procs[-1], cond))
+        head = stretches[0]
+        line = 1
+        if head.block:  # the exact start, in Python, while the greps read the rest
+            stream.seek(0)
+            limit = head.ends[head.block - 1]
+            got: list[int] = []
+            pos = 0
+            for buf, end, n in _blocks(stream, head.collector.out, limit):
+                head.collector.feed_block(buf, end, line)
+                line += n
+                pos = min(pos + end, limit)  # the reader ends a last line without a newline with one
+                got.append(pos)
+            if got != head.ends[: head.block] or head.collector.out.overlong:
+                raise Unsuitable("the exact start was read differently")
+        base = line - 1  # lines before x
+        rare, via = _RareFeeder(lean, x, base), _ViaFeeder(lean, mm, x, base)
+        while True:
+            with cond:
+                while not any(o.ready() for o in outputs) and not all(o.done for o in outputs):
+                    cond.wait()
+                if all(o.done and not o.ready() for o in outputs):
+                    break
+                pieces = [o.take() if o.ready() else b"" for o in outputs]
+            if pieces[0]:
+                rare.feed(pieces[0])
+            if pieces[1]:
+                via.feed(pieces[1])
+        via.close()
+        for proc in procs:
+            err = proc.stderr.read() if proc.stderr else b""
+            code = proc.wait()
+            if code not in (0, 1):
+                what = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+                raise GrepFailed(f"grep on {path} failed ({what}): {err.decode(errors='replace').strip()}")
+        if os.fstat(fd).st_size != size:
+            raise GrepFailed(f"{path} changed while it was read")
+        last_line, last_end = max((rare.last, via.last, (base, x)), key=lambda t: t[1])
+        total = last_line + _count_lines(mm, last_end, size)
+    except BaseException:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        raise
+    finally:
+        for o in outputs:
+            o.stop()
+        for proc in procs:
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
     parts = [s.collector.out for s in stretches]
     parts[-1].lines = total
     for part in parts[:-1]:
@@ -372,7 +378,7 @@ class _ViaFeeder:
     """The channel lines counted by kind -> each stretch's collector, block by block as
     scan._blocks cuts them (scan._Collector._channels_fast counts per block)."""
 
-    def __init__(self, lean: list[_Stretch], mm: mmap.mmap, x: int, base: int) -> None:
+    def __init__(self, lean: list[_Stretch], mm: _Pread, x: int, base: int) -> None:
         self.lean, self.si, self.mm, self.x, self.base = lean, 0, mm, x, base
         self.pending: list[bytes] = []  # the printed lines of the current block so far
         self.last = (base, x)
@@ -413,7 +419,7 @@ def _last(data: bytes, x: int, base: int) -> tuple[int, int]:
     return base + number, x + offset + (len(data) - text)
 
 
-def _feed(s: _Stretch, piece: bytes, mm: mmap.mmap, base: int) -> None:
+def _feed(s: _Stretch, piece: bytes, mm: _Pread, base: int) -> None:
     """One block's printed channel lines (with grep's headers) -> the collector."""
     c = s.collector
     out = c.out
@@ -450,20 +456,54 @@ def _renumber(
         out.cut_line = numbers[out.cut_line - 1]
 
 
-def _line_start(mm: mmap.mmap, pos: int) -> int:
-    """scan._next_line_start on the mapped file."""
-    nl = mm.find(b"\n", pos - 1)
-    return len(mm) if nl < 0 else nl + 1
+def _line_start(mm: _Pread, pos: int) -> int:
+    """scan._next_line_start, by pread."""
+    nl = mm.find(b"\n", pos - 1, mm.size)
+    return mm.size if nl < 0 else nl + 1
 
 
-def _count_lines(mm: mmap.mmap, start: int, size: int) -> int:
+def _count_lines(mm: _Pread, start: int, size: int) -> int:
     """Lines in [start, size) as the reader counts them (a last line without a newline is one)."""
     n = 0
     pos = start
     while pos < size:
-        end = min(size, pos + (1 << 22))
-        n += mm[pos:end].count(b"\n")
+        end = min(size, pos + (1 << 20))
+        n += mm.read(pos, end).count(b"\n")
         pos = end
-    if size > start and mm[size - 1 : size] != b"\n":
+    if size > start and mm.read(size - 1, size) != b"\n":
         n += 1
     return n
+
+
+class _Pread:
+    """Searches in a file by pread of small windows: no mapping, so no page of the file counts
+    in this process's resident memory (a mapped file's touched pages do, and their neighbours)."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, size
+
+    def read(self, start: int, end: int) -> bytes:
+        start, end = max(0, start), min(self.size, end)
+        return os.pread(self.fd, end - start, start) if end > start else b""
+
+    def find(self, sub: bytes, start: int, end: int) -> int:
+        pos = max(0, start)
+        while pos < end:
+            stop = min(end, pos + (1 << 16))
+            data = self.read(pos, min(end, stop + len(sub) - 1))
+            at = data.find(sub)
+            if at >= 0:
+                return pos + at
+            pos = stop
+        return -1
+
+    def rfind(self, sub: bytes, start: int, end: int) -> int:
+        stop = end
+        while stop > start:
+            pos = max(start, stop - (1 << 13))
+            data = self.read(pos, min(end, stop + len(sub) - 1))
+            at = data.rfind(sub)
+            if at >= 0:
+                return pos + at
+            stop = pos
+        return -1
