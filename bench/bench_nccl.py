@@ -16,6 +16,8 @@ Then, in rotating order for --rounds rounds, it times (wall clock):
   grep             `grep -c NCCL FILE` (its output to a pipe)
   nccl-log -j 1    `clustercheck nccl-log --format json FILE --jobs 1` (one process)
   nccl-log -j 2    the same with --jobs 2 (two processes)
+  python scan -j 1 the same as -j 1 with CLUSTERCHECK_NCCL_GREP=0: the pure-Python scan, no grep
+                   beside it (shown in the notes; its report must be the same)
 
 once per size in --sizes (300, 1024 and 4096 MiB by default; each log is deleted after)
 and, in separate untimed runs, the peak memory of the analyzer: the largest resident set of
@@ -165,6 +167,8 @@ def measure(size_mib: int, rounds: int, keep: Path | None) -> dict[str, Any]:
         subjects = {"grep": ["grep", "-c", "NCCL", str(log)]}
         for jobs in PROCESSES:
             subjects[f"nccl-log -j {jobs}"] = [*cc, "--jobs", str(jobs)]
+        # the pure-Python scan beside it (no grep), for the notes: the same report, and its time
+        subjects[PYTHON_SCAN] = ["env", "CLUSTERCHECK_NCCL_GREP=0", *cc, "--jobs", "1"]
         # Warm the page cache and check the analysis is right (and the same with every -j) before timing.
         timed(subjects["grep"])
         verdicts = {}
@@ -187,7 +191,7 @@ def measure(size_mib: int, rounds: int, keep: Path | None) -> dict[str, Any]:
                 walls[key].append(wall)
                 cpus[key].append(cpu)
                 codes[key].add(proc.returncode)
-        memory = {k: peak_memory(v) for k, v in subjects.items() if k != "grep"}
+        memory = {k: peak_memory(v) for k, v in subjects.items() if k not in ("grep", PYTHON_SCAN)}
         # The fixed part of a run: the same command on the log's first FIXED_MIB MiB, which holds the
         # whole start of the job (every rank's init lines, the first communicators' channel lines).
         head = folder / f"head-{FIXED_MIB}M.log"
@@ -224,6 +228,8 @@ def measure(size_mib: int, rounds: int, keep: Path | None) -> dict[str, Any]:
 
 #: Process counts measured beside grep: one process, and two (`--jobs 2`).
 PROCESSES = (1, 2)
+#: The pure-Python scan (CLUSTERCHECK_NCCL_GREP=0), timed beside them and shown in the notes only.
+PYTHON_SCAN = "python scan -j 1"
 #: The start of the log timed apart: the fixed part of every run (see measure()).
 FIXED_MIB = 20
 SPEED_TARGET = 3.0
@@ -271,7 +277,7 @@ def main() -> int:
         grep_cpu = statistics.median(run["cpus"]["grep"])
         grep_cmd = "grep -c NCCL LOG"
         for key, values in run["walls"].items():
-            if key == "grep":
+            if key in ("grep", PYTHON_SCAN):
                 continue
             med = statistics.median(values)
             cpu = statistics.median(run["cpus"][key])
@@ -296,11 +302,19 @@ def main() -> int:
             f"- {size} ({run['size_mib']} MiB asked): {run['lines']:,} lines, {run['made']['ranks']} ranks on "
             f"{run['made']['hosts']} hosts, {run['made']['communicators']} communicators, generated in "
             f"{run['gen_s']:.1f} s; grep min {min(run['walls']['grep']):.2f} s, nccl-log min "
-            + ", ".join(f"{k[9:]} {min(w):.2f} s" for k, w in run["walls"].items() if k != "grep")
+            + ", ".join(f"{k[9:]} {min(w):.2f} s" for k, w in run["walls"].items() if k not in ("grep", PYTHON_SCAN))
+            + f"; the pure-Python scan (`CLUSTERCHECK_NCCL_GREP=0`, -j 1): median "
+            f"{statistics.median(run['walls'][PYTHON_SCAN]):.2f} s wall "
+            f"({statistics.median(run['walls'][PYTHON_SCAN]) / statistics.median(run['walls']['grep']):.2f}x grep), "
+            f"{statistics.median(run['cpus'][PYTHON_SCAN]):.2f} s CPU"
             + f"; analysis: network {v.get('network')} ({v.get('link_layer')}), GPUDirect RDMA "
             f"{v.get('gpudirect_rdma')} ({v.get('net_channels'):,} network channels), {len(v.get('hosts', {}))} hosts, "
             f"without GDR: {', '.join(run['no_gdr']) or 'none'}, status {v.get('status')}, "
-            + ("as generated, the same with every --jobs" if run["right"] else "NOT as generated or differs by --jobs")
+            + (
+                "as generated, the same report with every --jobs and from the pure-Python scan"
+                if run["right"]
+                else "NOT as generated, or differs by --jobs or from the pure-Python scan"
+            )
             + f"; the fixed part (nccl-log -j 1 on the first {FIXED_MIB} MiB: start-up, the exact start, every "
             f"rank's init lines): {run['fixed'][0]:.2f} s wall, {run['fixed'][1]:.2f} s CPU"
         )
@@ -322,7 +336,7 @@ def main() -> int:
         statistics.median(w) / statistics.median(r["walls"]["grep"])
         for r in runs
         for k, w in r["walls"].items()
-        if k != "grep"
+        if k not in ("grep", PYTHON_SCAN)
     )
     worst_rss = max(rss * MIB / 1e6 for r in runs for rss, _ in r["memory"].values())
     worst_pss = max(pss * MIB / 1e6 for r in runs for _, pss in r["memory"].values())
@@ -371,20 +385,25 @@ Command: `{python} bench/bench_nccl.py {size_arg} --rounds {args.rounds}`
 
 - A run is a fixed part plus a cost per GB (both in the notes above). The fixed part is the
   interpreter's start and the imports (nccl-log with plain arguments does not import Typer), the
-  exact start of the log (its first {EXACT:,} channel lines attributed to their hosts one by one)
-  and parsing every rank's init lines once: for this 1,024-rank job about half a second, which
-  grep does not have; at 300 MB it is over a third of the run.
-- Per GB, the scanner reads every byte in three C passes over each block: the regex engine for
-  the line kinds that decide the verdict (about 0.8 ns a byte: nearly every line of a large log
-  holds `NCCL `, where the engine must look), the channel counter (`via NET/...`, about 0.6 ns)
-  and the newline count that line numbers need (`bytes.count`, about 0.35 ns), plus, in a block
-  with channels lacking GPUDirect RDMA (this log has such a host in every block), the pass that
-  names their host. `grep -c` makes one pass at about 0.6 ns a byte. Python's standard library
-  has no faster multi-pattern search than `re` and `bytes.count`/`find`, so about 4x grep's per-GB
-  cost is the floor of this scanner, and the 3x target would take a compiled one.
-- With two processes each takes half of the file when both CPUs are free (the fastest -j 2 round
-  at the largest size shows it); the medians show it only when the run had both CPUs to itself
-  (the load in the Machine line: other sessions share these two CPUs).
+  exact start of the log (its first {EXACT:,} channel lines attributed to their hosts one by one,
+  read in Python) and parsing every rank's init lines once: for this 1,024-rank job about half a
+  second, which grep does not have; at 300 MB it is most of the run.
+- Past the exact start, two `grep -a -n -b -F` (analyzers/nccl_log/grep.py) read the rest of the
+  file side by side with the Python process: one prints the candidates of the line kinds that
+  decide the verdict, the other the channel lines counted by kind (`via NET/`, `via SHM`); Python
+  runs the same collector code as the pure-Python scan on what they print, block by block where
+  that scan cuts blocks, so the report is the same (checked above on every log, and in
+  tests/test_nccl_log.py on every corpus log). Fixed strings, not a regex: every line of such a
+  log holds `NCCL `, and grep's regex engine then costs twice its multi-string search.
+- So -j 1 is one Python process with two greps beside it: three processes on the machine's CPUs
+  (-j 2 cuts the same work into the stretches the pure-Python scan's processes would read, so its
+  report stays that scan's -j 2 report). What is left per GB is grep's two passes and Python's
+  count of the printed channel lines (about 12% of this log's bytes: every network channel line).
+- Where GNU grep is not on PATH (or `CLUSTERCHECK_NCCL_GREP=0`), or a line is longer than a block,
+  the pure-Python scan reads the file (the notes give its time); a grep that fails is said on
+  stderr and the file is read again in Python, never a partial result.
+- The machine's CPUs are shared with other work: with a load above their number every process
+  waits for a CPU, and a run of three processes loses more than `grep -c`'s one (the Machine line).
 """
     print(text)
     if args.markdown:
