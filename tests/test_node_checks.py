@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -78,7 +79,7 @@ def test_the_names_listing_gives_the_names_a_full_ps_listing_gives(tmp_path: Pat
     """PROCESS_NAMES (comm and argv[0]'s base name) answers to the same names as parse_ps +
     process_names over one real full listing of this machine, and holds no argument of any
     process. The script runs as the node runs it, with a `ps` on PATH printing that listing."""
-    from clustercheck.checks.node import PROCESS_NAMES
+    from clustercheck.facts.processes import PROCESS_NAMES
 
     full = subprocess.run(["ps", "-e", "-ww", "-o", "comm=", "-o", "args="], capture_output=True, text=True).stdout
     full += "sshd            sshd: /usr/sbin/sshd -D [listener] 0 of 10-100 startups\nbash -bash\n"
@@ -160,8 +161,9 @@ def run_one(fixture: Path, check_id: str, params: dict[str, object]) -> dict[str
     profile.write_text(yaml.safe_dump({"checks": {check_id: params}}))
     proc = cli("run", "--replay", str(fixture), "--profile", str(profile), "--format", "json")
     assert "Traceback" not in proc.stderr, proc.stderr
+    check: dict[str, Any]
     (check,) = json.loads(proc.stdout)["hosts"]["gpu001"]["checks"]
-    return check  # type: ignore[no-any-return]
+    return check
 
 
 def test_mounts_read_only_and_wrong_type(tmp_path: Path) -> None:

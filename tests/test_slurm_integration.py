@@ -57,7 +57,8 @@ def test_healthy_prolog_lets_the_job_run(slurm: SlurmCluster) -> None:
     assert state["node"] == "n1" and state["job"]["context"] == "prolog_slurmd"
     job = state["job"]["job_id"]
     assert job and job.isdigit()
-    assert any(f"prolog node n1, job {job}: pass" in line for line in slurm.syslog.read()), slurm.syslog.lines  # type: ignore[union-attr]
+    assert slurm.syslog is not None  # the cluster listens for the prolog's syslog lines
+    assert any(f"prolog node n1, job {job}: pass" in line for line in slurm.syslog.read()), slurm.syslog.lines
     assert slurm.state("n1").startswith("IDLE") and "DRAIN" not in slurm.state("n1")
 
 
@@ -93,7 +94,8 @@ def test_broken_prolog_drains_the_node_then_health_names_the_reason_and_resumes_
     state = slurm.prolog_state("n2")
     assert state["verdict"] == "fail" and state["exit_code"] == 2
     assert state["reason"] == MEMORY_REASON
-    assert any(line.startswith("<27>") and MEMORY_REASON in line for line in slurm.syslog.read())  # type: ignore[union-attr]
+    assert slurm.syslog is not None
+    assert any(line.startswith("<27>") and MEMORY_REASON in line for line in slurm.syslog.read())
 
     # health, still failing: Slurm's bare "Prolog error" becomes clustercheck's own reason
     proc = slurm.health("n2", DIMM_LOST, "--format", "json")

@@ -416,7 +416,8 @@ def test_read_many_fetches_several_files_in_one_session(node: SSHTransport, sshd
     assert got[str(tmp_path / "empty")] == ""
     assert got[str(tmp_path / "absent")] is None
     assert str(tmp_path) not in got  # a directory: left for read() to report
-    assert got["/proc/meminfo"].startswith("MemTotal:")  # type: ignore[union-attr]
+    meminfo = got["/proc/meminfo"]
+    assert meminfo is not None and meminfo.startswith("MemTotal:")
 
 
 def test_host_prefetch_serves_reads_and_keeps_their_evidence(node: SSHTransport) -> None:

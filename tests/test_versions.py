@@ -16,6 +16,7 @@ from clustercheck.analyzers.versions import (
     TOOLKIT_DRIVERS,
     CudaVersion,
     ForwardCompat,
+    ToolkitRow,
     driver_cuda,
     is_datacenter_gpu,
     judge_cuda,
@@ -82,9 +83,9 @@ def test_each_major_floor(major: int) -> None:
     floor = MINOR_COMPAT_FLOOR[major][0]
     newest = next(CudaVersion.parse(r.cuda) for r in TOOLKIT_DRIVERS if r.cuda.startswith(f"{major}."))
     at_floor = judge_cuda(newest, floor)
-    assert at_floor.status is (
-        Status.OK if version_key(floor) >= version_key(toolkit_row(newest).driver) else Status.WARN
-    )  # type: ignore[union-attr]
+    row = toolkit_row(newest)
+    assert row is not None
+    assert at_floor.status is (Status.OK if version_key(floor) >= version_key(row.driver) else Status.WARN)
     assert judge_cuda(newest, below(floor)).status is Status.FAIL
 
 
@@ -227,7 +228,7 @@ _RANK = {Status.FAIL: 0, Status.WARN: 1, Status.OK: 2}
 
 @given(st.sampled_from(TOOLKIT_DRIVERS), _VERSIONS, _VERSIONS)
 @settings(max_examples=300, deadline=None)
-def test_a_newer_driver_never_judges_worse(row: object, a: str, b: str) -> None:
-    cuda = CudaVersion.parse(row.cuda)  # type: ignore[attr-defined]
+def test_a_newer_driver_never_judges_worse(row: ToolkitRow, a: str, b: str) -> None:
+    cuda = CudaVersion.parse(row.cuda)
     low, high = sorted((a, b), key=version_key)
     assert _RANK[judge_cuda(cuda, low).status] <= _RANK[judge_cuda(cuda, high).status]

@@ -71,8 +71,9 @@ def run_check_as_nobody(world: Path, check_id: str, params: dict[str, Any]) -> d
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     (host,) = json.loads(proc.stdout)["hosts"].values()
+    check: dict[str, Any]
     (check,) = host["checks"]
-    return check  # type: ignore[no-any-return]
+    return check
 
 
 def test_a_log_folder_it_may_not_list_is_cannot_tell(world: Path) -> None:
