@@ -989,3 +989,23 @@ def test_a_grep_that_is_not_gnu_or_fails_is_never_a_partial_result(
     _, killed, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
     assert killed == python and "grep" not in fared
     assert "failed (killed by signal 9)" in capfd.readouterr().err
+
+
+def test_grep_path_reads_a_growing_log_up_to_the_size_it_had(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clustercheck.analyzers.nccl_log import grep
+
+    path = _big_log(tmp_path)
+    python, _, _ = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
+    size = path.stat().st_size
+    real = grep._start
+
+    def start_then_grow(*args: Any) -> Any:  # the job writes on while the greps read
+        proc = real(*args)
+        with path.open("ab") as log:
+            log.write(b"gpu001:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1> with error 12\n" * 50)
+        return proc
+
+    monkeypatch.setattr(grep, "_start", start_then_grow)
+    monkeypatch.setattr(nccl_log, "GREP", True)
+    r = analyze_paths([path])
+    assert json.dumps({**r.to_json(), "lines": r.lines}) == python[0] and path.stat().st_size > size

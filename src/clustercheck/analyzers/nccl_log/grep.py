@@ -303,8 +303,8 @@ def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) 
             if code not in (0, 1):
                 what = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
                 raise GrepFailed(f"grep on {path} failed ({what}): {err.decode(errors='replace').strip()}")
-        if os.fstat(fd).st_size != size:
-            raise GrepFailed(f"{path} changed while it was read")
+        if os.fstat(fd).st_size < size:  # a log that grows is read up to the size it had
+            raise GrepFailed(f"{path} was cut short while it was read")
         last_line, last_end = max((rare.last, via.last, (base, x)), key=lambda t: t[1])
         total = last_line + _count_lines(mm, last_end, size)
     except BaseException:
@@ -356,15 +356,15 @@ class _RareFeeder:
         self.last = (base, x)  # the last printed line: (its number, where it ends)
 
     def feed(self, data: bytes) -> None:
-        self.last = _last(data, self.x, self.base)
         at, n = 0, len(data)
         while at < n:
             if self.si >= len(self.lean):
-                raise GrepFailed("grep printed lines past the end of the file")
+                return  # lines written to the file after this scan took its size: not read
             s = self.lean[self.si]
             cut = _split_at(data, at, s.stop - self.x)
             if cut > at:
                 piece = data[at:cut]
+                self.last = _last(piece, self.x, self.base)
                 out = s.collector.out
                 records, cut_line = len(out.records), out.cut_line
                 s.collector._rare(piece, len(piece), 1, _RARE_LEAN, header=True)
@@ -384,16 +384,16 @@ class _ViaFeeder:
         self.last = (base, x)
 
     def feed(self, data: bytes) -> None:
-        self.last = _last(data, self.x, self.base)
         at, n = 0, len(data)
         while at < n:
             if self.si >= len(self.lean):
-                raise GrepFailed("grep printed lines past the end of the file")
+                return  # lines written to the file after this scan took its size: not read
             s = self.lean[self.si]
             end = s.ends[s.block]
             cut = _split_at(data, at, end - self.x)
             if cut > at:
                 self.pending.append(data[at:cut])
+                self.last = _last(self.pending[-1], self.x, self.base)
                 at = cut
             if cut < n:  # the rest is in later blocks: this one is whole
                 self._block()
