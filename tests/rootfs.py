@@ -31,7 +31,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,9 +56,18 @@ def unavailable(why: str) -> None:
     pytest.skip(why)
 
 
-def _run(argv: Sequence[str], what: str, timeout: float = 900, **kw: object) -> str:
+def _run(
+    argv: Sequence[str],
+    what: str,
+    timeout: float = 900,
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str:
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False, **kw)  # type: ignore[call-overload]
+        proc = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd, env=env
+        )
     except FileNotFoundError:
         unavailable(f"{what}: {argv[0]} is not installed")
         raise AssertionError("unreachable") from None

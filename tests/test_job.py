@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -364,17 +365,17 @@ def test_bad_rates(text: str) -> None:
         launch.parse_rate(text)
 
 
-def _lead(spec: SignalSpec | None, size: float | None = 2e12, **kw: object) -> list[launch.Finding]:
-    args: dict[str, object] = {
-        "time_limit_s": 86400.0,
-        "kill_wait_s": 30,
-        "size": size,
-        "bandwidth": 2e9,
-        "nodes": 4,
-        "in_step": True,
-    }
-    args.update(kw)
-    return launch.judge_lead_time(spec, **args)  # type: ignore[arg-type]
+def _lead(
+    spec: SignalSpec | None,
+    size: int | None = 2 * 10**12,
+    *,
+    time_limit_s: float | None = 86400.0,
+    kill_wait_s: int | None = 30,
+    in_step: bool = True,
+) -> list[launch.Finding]:
+    return launch.judge_lead_time(
+        spec, time_limit_s=time_limit_s, kill_wait_s=kill_wait_s, size=size, bandwidth=2e9, nodes=4, in_step=in_step
+    )
 
 
 def test_lead_time_arithmetic() -> None:
@@ -481,8 +482,9 @@ def _node_env(rank: int, **extra: str) -> dict[str, str]:
     return env
 
 
-def messages(record: dict[str, object]) -> list[str]:
-    return [str(f["message"]) for f in record["findings"]]  # type: ignore[attr-defined]
+def messages(record: dict[str, Any]) -> list[str]:
+    """The messages of a JSON record's findings."""
+    return [str(f["message"]) for f in record["findings"]]
 
 
 def test_one_table_for_the_node_from_four_tasks(tmp_path: Path) -> None:

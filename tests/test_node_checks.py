@@ -64,7 +64,8 @@ def test_cpu_list_property(cpus: set[int]) -> None:
 def test_parse_mounts_unescapes_and_keeps_options() -> None:
     mounts = parse_mounts((GPU001 / "files/proc/mounts").read_text() + "srv:/a\\040b /mnt/a\\040b nfs ro,hard 0 0\n")
     assert mounts["/scratch"]["type"] == "nfs4"
-    assert "rsize=1048576" in mounts["/scratch"]["options"]  # type: ignore[operator]
+    options = mounts["/scratch"]["options"]
+    assert isinstance(options, list) and "rsize=1048576" in options
     assert mounts["/mnt/a b"]["source"] == "srv:/a b"
 
 

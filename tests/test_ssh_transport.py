@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 import pytest
 from tests.sshd import SSHServer
@@ -17,6 +18,9 @@ from tests.sshd import SSHServer
 from clustercheck.errors import CommandTimeout, HostError, Unreachable
 from clustercheck.host import Probe, register_probe
 from clustercheck.transports.ssh import SSHTransport
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+
 
 
 @pytest.fixture(autouse=True)
@@ -37,13 +41,24 @@ def node(sshd: SSHServer) -> Iterator[SSHTransport]:
     t.close()
 
 
-def direct(sshd: SSHServer, host: str = "127.0.0.1", **kw: object) -> SSHTransport:
+class Options(TypedDict, total=False):
+    """SSHTransport's keyword arguments."""
+
+    ssh_config: str | None
+    user: str | None
+    identity: list[str] | None
+    port: int | None
+    accept_new_host_keys: bool
+    connect_timeout: float | None
+
+
+def direct(sshd: SSHServer, host: str = "127.0.0.1", **kw: Unpack[Options]) -> SSHTransport:
     """A transport without ssh config, as `--ssh 127.0.0.1 --port P -i KEY` (ssh_config is an empty file)."""
     empty = sshd.folder / "empty_config"
     empty.touch()
-    args: dict[str, object] = {"port": sshd.port, "identity": [str(sshd.client_key)], "ssh_config": str(empty)}
+    args: Options = {"port": sshd.port, "identity": [str(sshd.client_key)], "ssh_config": str(empty)}
     args.update(kw)
-    return SSHTransport(host, **args)  # type: ignore[arg-type]
+    return SSHTransport(host, **args)
 
 
 def remote_alive(pattern: str) -> list[str]:
