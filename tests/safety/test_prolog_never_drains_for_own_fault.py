@@ -121,11 +121,11 @@ def test_an_empty_state_file_means_none(tmp_path: Path, sink: SyslogSink) -> Non
 def test_a_crash_while_judging_passes_the_node_and_says_why(tmp_path: Path, sink: SyslogSink) -> None:
     crash = (
         "import sys\n"
-        "from clustercheck import slurm\n"
+        "from clustercheck.slurm import prolog_mode\n"  # where the prolog looks drain_reason up
         "from clustercheck.main import main\n"
         "def broken(*a, **k):\n"
         "    raise RuntimeError('a bug in clustercheck, after the checks')\n"
-        "slurm.drain_reason = broken\n"
+        "prolog_mode.drain_reason = broken\n"
         "main(sys.argv[1:])\n"
     )
     argv = [sys.executable, "-c", crash, "prolog", "--replay", str(DIMM_LOST), "--state-file", str(tmp_path / "s")]
