@@ -99,7 +99,8 @@ def test_version_and_checks_without_dependencies(pyz: Path, bare_python: Path, t
     # it ran from the cache, one folder per build, unpacked completely, the node commands compiled
     (build,) = builds(cache)
     assert build.name.startswith(f"{__version__}-") and (build / ".complete").is_file()
-    assert list(build.glob("clustercheck/slurm/__pycache__/prolog_mode.*.pyc")) and list(build.glob("yaml/__pycache__/*.pyc"))
+    assert list(build.glob("clustercheck/slurm/__pycache__/prolog_mode.*.pyc"))
+    assert list(build.glob("yaml/__pycache__/*.pyc"))
     assert (build / "clustercheck" / "bare.py").is_file() and (build / "yaml" / "__init__.py").is_file()
     assert not list(build.glob("yaml/_yaml*")) and not (build / "typer").exists()  # C extensions stay out
     assert not (build / "example.py").exists()  # nvidia-ml-py's demo script
