@@ -23,10 +23,12 @@ def _demo_report(fmt: str) -> str:
 
 
 def test_groups_fold_hosts_and_drift_names_the_odd_node() -> None:
-    checks = lambda ok_cpus, kernel_status: (  # noqa: E731
-        CheckResult("node.kernel", kernel_status, "k", data={"facts": {"kernel": "5.15.0-91-generic"}}),
-        CheckResult("node.cpu", Status.OK, "c", data={"facts": {"cpus online": ok_cpus}}),
-    )
+    def checks(ok_cpus: int, kernel_status: Status) -> tuple[CheckResult, CheckResult]:
+        return (
+            CheckResult("node.kernel", kernel_status, "k", data={"facts": {"kernel": "5.15.0-91-generic"}}),
+            CheckResult("node.cpu", Status.OK, "c", data={"facts": {"cpus online": ok_cpus}}),
+        )
+
     hosts = [HostReport(f"gpu{i:03d}", checks(224, Status.OK)) for i in range(1, 17)]
     hosts[2] = HostReport("gpu003", checks(224, Status.FAIL))
     hosts[16 - 1] = HostReport("gpu016", checks(112, Status.FAIL))

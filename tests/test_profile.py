@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from textwrap import dedent
 from typing import Any
@@ -21,6 +23,9 @@ from clustercheck.errors import ProfileError, UsageError
 from clustercheck.registry import Size
 
 GiB = 1024**3
+Write = Callable[[str, str | bytes], Path]  # the `write` fixture (conftest.py)
+RunCli = Callable[..., "subprocess.CompletedProcess[str]"]  # the `run_cli` fixture (conftest.py)
+
 BUNDLED = ["base", "deep", "gpu-node", "h100-ib", "prolog", "prolog-cpu"]
 
 
@@ -106,7 +111,7 @@ def test_missing_profile_names_the_bundled_ones(tmp_path: Path) -> None:
 # -- every problem at once -----------------------------------------------------------------
 
 
-def test_every_problem_is_reported_at_once_with_its_line(write: Any) -> None:
+def test_every_problem_is_reported_at_once_with_its_line(write: Write) -> None:
     path = write(
         "site.yaml",
         dedent("""\
@@ -136,13 +141,13 @@ def test_every_problem_is_reported_at_once_with_its_line(write: Any) -> None:
     )
 
 
-def test_yaml_syntax_error_has_its_line(write: Any) -> None:
+def test_yaml_syntax_error_has_its_line(write: Write) -> None:
     path = write("bad.yaml", "checks:\n  node.cpu: {expected: 8\n  node.kernel:\n")
     (problem,) = problems(path)
     assert re.fullmatch(rf"{re.escape(str(path))}:[34]: YAML syntax error: .+", problem), problem
 
 
-def test_bad_indentation_is_a_syntax_error_on_its_line(write: Any) -> None:
+def test_bad_indentation_is_a_syntax_error_on_its_line(write: Write) -> None:
     path = write("bad.yaml", "checks:\n  node.cpu:\n    expected: 8\n   governor: x\n")
     (problem,) = problems(path)
     assert problem.startswith(f"{path}:4: YAML syntax error: ")
@@ -161,7 +166,7 @@ def test_bad_indentation_is_a_syntax_error_on_its_line(write: Any) -> None:
     ],
     ids=["parameter", "top-level key", "check"],
 )
-def test_a_key_given_twice(write: Any, text: str, line: int, message: str) -> None:
+def test_a_key_given_twice(write: Write, text: str, line: int, message: str) -> None:
     assert_problems(write("twice.yaml", text), (line, message))
 
 
@@ -197,7 +202,7 @@ MOUNTS = "storage.mounts: {paths: [/scratch], %s}"
         ("node.modules: {loaded: {nvidia: 1}}", "node.modules.loaded: expected a list of strings, got {'nvidia': 1}"),
     ],
 )
-def test_wrong_parameter_types(write: Any, entry: str, message: str) -> None:
+def test_wrong_parameter_types(write: Write, entry: str, message: str) -> None:
     assert_problems(write("types.yaml", f"name: types\nchecks:\n  {entry}\n"), (3, message))
 
 
@@ -214,14 +219,14 @@ def test_wrong_parameter_types(write: Any, entry: str, message: str) -> None:
         ("0", 0),
     ],
 )
-def test_sizes(write: Any, written: str, size: int) -> None:
+def test_sizes(write: Write, written: str, size: int) -> None:
     prof = profile.load(str(write("size.yaml", f"checks:\n  node.memory: {{min_total: {written}}}\n")))
     value = check(prof, "node.memory").params["min_total"]
     assert value == size
     assert isinstance(value, Size)
 
 
-def test_values_of_every_type_are_converted(write: Any) -> None:
+def test_values_of_every_type_are_converted(write: Write) -> None:
     path = write(
         "ok.yaml",
         dedent("""\
@@ -240,7 +245,7 @@ def test_values_of_every_type_are_converted(write: Any) -> None:
 
 
 @pytest.mark.parametrize("entry", ["node.memory:", "node.memory: true", "node.memory: {min_available: 1GiB}"])
-def test_missing_required_parameter(write: Any, entry: str) -> None:
+def test_missing_required_parameter(write: Write, entry: str) -> None:
     path = write("req.yaml", f"checks:\n  {entry}\n")
     assert_problems(path, (2, "node.memory needs the parameter 'min_total' (a size like 512GiB)"))
 
@@ -254,7 +259,7 @@ def test_missing_required_parameter(write: Any, entry: str) -> None:
         ("node.cpu: {null: 8}", "node.cpu has no parameter 'None'"),
     ],
 )
-def test_malformed_check_entries(write: Any, entry: str, message: str) -> None:
+def test_malformed_check_entries(write: Write, entry: str, message: str) -> None:
     assert_problems(write("entry.yaml", f"checks:\n  {entry}\n"), (2, message))
 
 
@@ -285,16 +290,16 @@ def test_malformed_check_entries(write: Any, entry: str, message: str) -> None:
         ("a: &x {b: *x}\n", 1, "found unconstructable recursive node"),
     ],
 )
-def test_malformed_documents(write: Any, content: str, line: int, message: str) -> None:
+def test_malformed_documents(write: Write, content: str, line: int, message: str) -> None:
     assert_problems(write("doc.yaml", content), (line, message))
 
 
-def test_non_utf8_bytes_name_their_line(write: Any) -> None:
+def test_non_utf8_bytes_name_their_line(write: Write) -> None:
     path = write("latin1.yaml", "name: x\nchecks:\n  node.services: {running: [caf\xe9]}\n".encode("latin-1"))
     assert_problems(path, (3, "not UTF-8 text: byte 0xe9 at offset"))
 
 
-def test_control_characters_name_their_line(write: Any) -> None:
+def test_control_characters_name_their_line(write: Write) -> None:
     path = write("ctrl.yaml", "name: x\ndescription: bell\x07\nchecks: {}\n")
     assert_problems(path, (2, "YAML error: character '\\x07' is not allowed"))
 
@@ -308,7 +313,7 @@ def test_a_folder_is_not_a_profile(tmp_path: Path) -> None:
 # -- extends -------------------------------------------------------------------------------
 
 
-def test_extends_a_bundled_profile_overriding_one_parameter(write: Any) -> None:
+def test_extends_a_bundled_profile_overriding_one_parameter(write: Write) -> None:
     path = write(
         "site.yaml",
         dedent("""\
@@ -333,24 +338,24 @@ def test_extends_a_bundled_profile_overriding_one_parameter(write: Any) -> None:
     assert [c.id for c in prof.checks] == [c.id for c in gpu.checks]
 
 
-def test_false_drops_an_inherited_check(write: Any) -> None:
+def test_false_drops_an_inherited_check(write: Write) -> None:
     path = write("site.yaml", "extends: base\nchecks:\n  node.services: false\n  node.kernel: false\n")
     assert [c.id for c in profile.load(str(path)).checks] == ["node.cpu", "node.memory"]
 
 
-def test_false_for_an_unknown_check_is_reported(write: Any) -> None:
+def test_false_for_an_unknown_check_is_reported(write: Write) -> None:
     path = write("site.yaml", "extends: base\nchecks:\n  node.servics: false\n")
     assert_problems(path, (3, "`false` drops unknown check 'node.servics' (did you mean node.services?)"))
 
 
-def test_child_overrides_a_parent_timeout_and_keeps_its_parameters(write: Any) -> None:
+def test_child_overrides_a_parent_timeout_and_keeps_its_parameters(write: Write) -> None:
     path = write("site.yaml", "extends: prolog\nchecks:\n  node.memory: {timeout: 7}\n")
     memory = check(profile.load(str(path)), "node.memory")
     assert memory.timeout == 7.0
     assert memory.params["min_total"] == 4 * GiB
 
 
-def test_extends_a_path_relative_to_the_profile_not_the_cwd(write: Any, tmp_path: Path, monkeypatch: Any) -> None:
+def test_extends_a_path_relative_to_the_profile_not_the_cwd(write: Write, tmp_path: Path, monkeypatch: Any) -> None:
     write("site/common/parent.yaml", "description: from the parent\nchecks:\n  node.cpu: {expected: 64}\n")
     child = write("site/nodes/child.yaml", "extends: ../common/parent.yaml\nchecks:\n  node.kernel:\n")
     write("cwd/common/parent.yaml", "checks: {node.cpu: {expected: 1}}\n")  # ../common/parent.yaml from the cwd
@@ -362,7 +367,7 @@ def test_extends_a_path_relative_to_the_profile_not_the_cwd(write: Any, tmp_path
     assert check(prof, "node.cpu").source == f"{child.parent}/../common/parent.yaml:3"
 
 
-def test_extends_does_not_fall_back_to_the_cwd(write: Any, tmp_path: Path, monkeypatch: Any) -> None:
+def test_extends_does_not_fall_back_to_the_cwd(write: Write, tmp_path: Path, monkeypatch: Any) -> None:
     write("cwd/parent.yaml", "checks: {node.cpu: }\n")
     child = write("profiles/child.yaml", "checks: {}\nextends: parent.yaml\n")
     monkeypatch.chdir(tmp_path / "cwd")
@@ -370,12 +375,12 @@ def test_extends_does_not_fall_back_to_the_cwd(write: Any, tmp_path: Path, monke
 
 
 @pytest.mark.parametrize("ref", ["missing", "missing.yaml", "../missing.yaml", "a" * 300, "nul\0byte", ""])
-def test_extends_a_missing_profile(write: Any, ref: str) -> None:
+def test_extends_a_missing_profile(write: Write, ref: str) -> None:
     path = write("site.yaml", f"name: site\nextends: {json.dumps(ref)}\nchecks: {{}}\n")
     assert_problems(path, (2, f"profile {ref!r} not found: give a YAML file's path or a bundled profile"))
 
 
-def test_problems_in_a_parent_name_the_parent(write: Any) -> None:
+def test_problems_in_a_parent_name_the_parent(write: Write) -> None:
     parent = write("parent.yaml", "checks:\n  node.cpu: {expected: many}\n")
     child = write("child.yaml", "extends: parent.yaml\nchecks:\n  node.kernel: {allowed: 5}\n")
     got = problems(child)
@@ -385,14 +390,14 @@ def test_problems_in_a_parent_name_the_parent(write: Any) -> None:
     ]
 
 
-def test_extends_loop(write: Any) -> None:
+def test_extends_loop(write: Write) -> None:
     a = write("a.yaml", "extends: b.yaml\nchecks: {}\n")
     b = write("b.yaml", "checks: {}\nextends: a.yaml\n")
     (problem,) = problems(a)
     assert problem == f"{b}:2: profiles extend each other in a loop: {a} -> {b} -> {a}"
 
 
-def test_extends_itself(write: Any) -> None:
+def test_extends_itself(write: Write) -> None:
     path = write("self.yaml", "name: me\nextends: self.yaml\nchecks: {}\n")
     assert_problems(path, (2, "profiles extend each other in a loop"))
 
@@ -401,7 +406,7 @@ def test_extends_itself(write: Any) -> None:
 
 
 @pytest.mark.parametrize(("value", "seconds"), [("20", 20.0), ("0.5", 0.5), ("1e2", None)])
-def test_timeout_valid(write: Any, value: str, seconds: float | None) -> None:
+def test_timeout_valid(write: Write, value: str, seconds: float | None) -> None:
     path = write("t.yaml", f"checks:\n  node.cpu: {{timeout: {value}}}\n  node.kernel:\n")
     if seconds is None:  # YAML 1.1 reads 1e2 (no dot) as a string
         assert_problems(path, (2, "node.cpu.timeout: expected a number, got '1e2'"))
@@ -425,7 +430,7 @@ def test_timeout_valid(write: Any, value: str, seconds: float | None) -> None:
         ("9" * 400, "the number 999"),
     ],
 )
-def test_timeout_invalid(write: Any, value: str, message: str) -> None:
+def test_timeout_invalid(write: Write, value: str, message: str) -> None:
     assert_problems(
         write("t.yaml", f"checks:\n  node.cpu:\n    timeout: {value}\n"), (3, f"node.cpu.timeout: {message}")
     )
@@ -444,12 +449,12 @@ def gpus(host: Host, *, expected: int = 8, min_memory: Size = Size(0)) -> Result
 '''
 
 
-def site_module(write: Any, folder: str, stem: str, text: str = SITE_MODULE) -> Path:
+def site_module(write: Write, folder: str, stem: str, text: str = SITE_MODULE) -> Path:
     """Check ids are global: each test uses its own module stem."""
     return write(f"{folder}/{stem}.py", text)
 
 
-def test_check_dirs_site_module(write: Any, tmp_path: Path) -> None:
+def test_check_dirs_site_module(write: Write, tmp_path: Path) -> None:
     site_module(write, "site-checks", "lab_ok")
     path = write(
         "site.yaml",
@@ -463,19 +468,19 @@ def test_check_dirs_site_module(write: Any, tmp_path: Path) -> None:
     assert registry.lookup("lab_ok.gpus").needs == ("probe nvml",)  # type: ignore[union-attr]
 
 
-def test_check_dirs_site_parameters_are_validated(write: Any) -> None:
+def test_check_dirs_site_parameters_are_validated(write: Write) -> None:
     site_module(write, "site-checks", "lab_types")
     path = write("site.yaml", "check_dirs: [site-checks]\nchecks:\n  lab_types.gpus: {expected: eight}\n")
     assert_problems(path, (3, "lab_types.gpus.expected: expected an integer, got 'eight'"))
 
 
-def test_check_dirs_did_you_mean_knows_site_checks(write: Any) -> None:
+def test_check_dirs_did_you_mean_knows_site_checks(write: Write) -> None:
     site_module(write, "site-checks", "lab_typo")
     path = write("site.yaml", "check_dirs: [site-checks]\nchecks:\n  lab_typo.gpu:\n")
     assert_problems(path, (3, "unknown check 'lab_typo.gpu' (did you mean lab_typo.gpus?)"))
 
 
-def test_check_dirs_of_a_parent_are_relative_to_the_parent(write: Any, tmp_path: Path) -> None:
+def test_check_dirs_of_a_parent_are_relative_to_the_parent(write: Write, tmp_path: Path) -> None:
     site_module(write, "common/checks", "lab_parent")
     write("common/parent.yaml", "check_dirs: [checks]\nchecks: {lab_parent.gpus: {expected: 4}}\n")
     child = write("nodes/child.yaml", "extends: ../common/parent.yaml\nchecks: {node.cpu: }\n")
@@ -484,19 +489,19 @@ def test_check_dirs_of_a_parent_are_relative_to_the_parent(write: Any, tmp_path:
     assert prof.check_dirs == (tmp_path / "nodes/../common/checks",)
 
 
-def test_check_dirs_missing_folder(write: Any, tmp_path: Path) -> None:
+def test_check_dirs_missing_folder(write: Write, tmp_path: Path) -> None:
     path = write("site.yaml", "name: site\ncheck_dirs: [nope]\nchecks: {}\n")
     assert_problems(path, (2, f"the checks folder {tmp_path / 'nope'} does not exist"))
 
 
-def test_extra_checks_folder_missing(write: Any, tmp_path: Path) -> None:
+def test_extra_checks_folder_missing(write: Write, tmp_path: Path) -> None:
     path = write("site.yaml", "checks: {node.cpu: }\n")
     with pytest.raises(ProfileError) as info:
         profile.load(str(path), extra_check_dirs=(tmp_path / "nope",))
     assert info.value.problems == [f"--checks: the checks folder {tmp_path / 'nope'} does not exist"]
 
 
-def test_check_dirs_site_module_with_a_syntax_error(write: Any) -> None:
+def test_check_dirs_site_module_with_a_syntax_error(write: Write) -> None:
     broken = site_module(write, "broken-checks", "lab_syntax", "from clustercheck import check\n\ndef gpus(:\n")
     path = write("site.yaml", "check_dirs: [broken-checks]\nchecks: {node.cpu: }\n")
     for _ in range(2):  # and again: a folder that failed to load is not remembered as loaded
@@ -504,7 +509,7 @@ def test_check_dirs_site_module_with_a_syntax_error(write: Any) -> None:
         assert problem.startswith(f"{broken}:3: the check module failed to load: SyntaxError: ")
 
 
-def test_check_dirs_site_module_that_raises(write: Any) -> None:
+def test_check_dirs_site_module_that_raises(write: Write) -> None:
     text = "import os\n\n\nVALUE = os.environ['CLUSTERCHECK_NO_SUCH_VARIABLE']\n"
     broken = site_module(write, "raising-checks", "lab_raises", text)
     path = write("site.yaml", "check_dirs: [raising-checks]\nchecks: {node.cpu: }\n")
@@ -512,7 +517,7 @@ def test_check_dirs_site_module_that_raises(write: Any) -> None:
     assert problem == (f"{broken}:4: the check module failed to load: KeyError: 'CLUSTERCHECK_NO_SUCH_VARIABLE'")
 
 
-def test_check_dirs_site_check_with_an_unsupported_parameter_type(write: Any) -> None:
+def test_check_dirs_site_check_with_an_unsupported_parameter_type(write: Write) -> None:
     text = SITE_MODULE.replace("expected: int = 8", "expected: dict = {}")
     broken = site_module(write, "typed-checks", "lab_dict", text)
     path = write("site.yaml", "check_dirs: [typed-checks]\nchecks: {node.cpu: }\n")
@@ -520,7 +525,7 @@ def test_check_dirs_site_check_with_an_unsupported_parameter_type(write: Any) ->
     assert problem.startswith(f"{broken}:4: check lab_dict.gpus: parameter expected has type <class 'dict'>")
 
 
-def test_check_dirs_site_module_calling_exit(write: Any) -> None:
+def test_check_dirs_site_module_calling_exit(write: Write) -> None:
     broken = site_module(write, "exit-checks", "lab_exit", "import sys\nsys.exit(3)\n")
     path = write("site.yaml", "check_dirs: [exit-checks]\nchecks: {node.cpu: }\n")
     (problem,) = problems(path)
@@ -536,7 +541,7 @@ def untrusted_problems(path: Path) -> list[str]:
     return info.value.problems
 
 
-def test_untrusted_profile_refuses_check_dirs_and_imports_nothing(write: Any, tmp_path: Path) -> None:
+def test_untrusted_profile_refuses_check_dirs_and_imports_nothing(write: Write, tmp_path: Path) -> None:
     marker = tmp_path / "imported"
     site_module(write, "site-checks", "lab_untrusted", f"open({str(marker)!r}, 'w').close()\n")
     path = write("site.yaml", "name: site\ncheck_dirs: [site-checks]\nchecks: {node.cpu: }\n")
@@ -548,7 +553,7 @@ def test_untrusted_profile_refuses_check_dirs_and_imports_nothing(write: Any, tm
     assert marker.exists()
 
 
-def test_untrusted_profile_refuses_check_dirs_of_a_non_bundled_parent(write: Any, tmp_path: Path) -> None:
+def test_untrusted_profile_refuses_check_dirs_of_a_non_bundled_parent(write: Write, tmp_path: Path) -> None:
     write("parent.yaml", "check_dirs: [site-checks]\nchecks: {node.cpu: }\n")
     path = write("child.yaml", "extends: parent.yaml\nchecks: {}\n")
     (problem,) = untrusted_problems(path)
@@ -556,14 +561,14 @@ def test_untrusted_profile_refuses_check_dirs_of_a_non_bundled_parent(write: Any
 
 
 @pytest.mark.parametrize("ref", ["./gpu-node.yaml", "/etc/passwd", "../x/base.yaml", "gpu-node.yaml"])
-def test_untrusted_profile_extends_only_bundled_names(write: Any, ref: str) -> None:
+def test_untrusted_profile_extends_only_bundled_names(write: Write, ref: str) -> None:
     write("gpu-node.yaml", "checks: {node.cpu: }\n")
     path = write("child.yaml", f"# site\nextends: {ref}\nchecks: {{}}\n")
     (problem,) = untrusted_problems(path)
     assert problem.startswith(f"{path}:2: extends {ref!r} is not a bundled profile")
 
 
-def test_untrusted_profile_extends_the_bundled_one_not_a_same_named_file_beside_it(write: Any) -> None:
+def test_untrusted_profile_extends_the_bundled_one_not_a_same_named_file_beside_it(write: Write) -> None:
     write("gpu-node", "check_dirs: [x]\nchecks: {node.cpu: }\n")  # resolve() would pick this first
     path = write("child.yaml", "extends: gpu-node\nchecks: {node.cpu: {expected: 2}}\n")
     prof = profile.load(str(path), allow_code=False)
@@ -588,7 +593,7 @@ def test_untrusted_profile_must_be_a_yaml_file(ref: str) -> None:
     )
 
 
-def test_untrusted_profile_still_takes_the_users_checks_folders(write: Any, tmp_path: Path) -> None:
+def test_untrusted_profile_still_takes_the_users_checks_folders(write: Write, tmp_path: Path) -> None:
     site_module(write, "mine", "lab_users_own")
     path = write("site.yaml", "checks: {lab_users_own.gpus: }\n")
     prof = profile.load(str(path), extra_check_dirs=(tmp_path / "mine",), allow_code=False)
@@ -607,7 +612,7 @@ checks:
 """
 
 
-def test_cli_run_bad_profile_exits_64_with_every_problem(write: Any, run_cli: Any) -> None:
+def test_cli_run_bad_profile_exits_64_with_every_problem(write: Write, run_cli: RunCli) -> None:
     path = write("bad.yaml", BAD)
     proc = run_cli("run", "--profile", path)
     assert proc.returncode == 64, proc.stderr
@@ -638,7 +643,7 @@ def test_cli_run_bad_profile_exits_64_with_every_problem(write: Any, run_cli: An
     ],
     ids=["empty", "list", "checks-list", "checks-int", "binary", "bad-date", "huge-timeout", "long-extends", "nul"],
 )
-def test_cli_run_garbage_profile_exits_64_without_traceback(write: Any, run_cli: Any, content: bytes) -> None:
+def test_cli_run_garbage_profile_exits_64_without_traceback(write: Write, run_cli: RunCli, content: bytes) -> None:
     path = write("garbage.yaml", content)
     proc = run_cli("run", "--profile", path)
     assert proc.returncode == 64, proc.stderr
@@ -649,14 +654,14 @@ def test_cli_run_garbage_profile_exits_64_without_traceback(write: Any, run_cli:
     )
 
 
-def test_cli_run_missing_profile_exits_64(run_cli: Any, tmp_path: Path) -> None:
+def test_cli_run_missing_profile_exits_64(run_cli: RunCli, tmp_path: Path) -> None:
     proc = run_cli("run", "--profile", tmp_path / "nope.yaml")
     assert proc.returncode == 64
     assert "not found" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_cli_run_site_module_syntax_error_exits_64(write: Any, run_cli: Any) -> None:
+def test_cli_run_site_module_syntax_error_exits_64(write: Write, run_cli: RunCli) -> None:
     broken = site_module(write, "cli-checks", "lab_cli", "def broken(:\n")
     path = write("site.yaml", "checks: {node.cpu: }\n")
     proc = run_cli("run", "--checks", broken.parent, "--profile", path)
@@ -665,7 +670,7 @@ def test_cli_run_site_module_syntax_error_exits_64(write: Any, run_cli: Any) -> 
     assert "Traceback" not in proc.stderr
 
 
-def test_cli_checks_lists_site_checks(write: Any, run_cli: Any) -> None:
+def test_cli_checks_lists_site_checks(write: Write, run_cli: RunCli) -> None:
     module = site_module(write, "listed-checks", "lab_listed")
     proc = run_cli("checks", "--checks", module.parent, "--format", "json")
     assert proc.returncode == 0, proc.stderr
@@ -676,7 +681,7 @@ def test_cli_checks_lists_site_checks(write: Any, run_cli: Any) -> None:
     ]
 
 
-def test_cli_profiles_lists_the_bundled_ones(run_cli: Any) -> None:
+def test_cli_profiles_lists_the_bundled_ones(run_cli: RunCli) -> None:
     proc = run_cli("profiles")
     assert proc.returncode == 0, proc.stderr
     rows = {line.split()[0]: line for line in proc.stdout.splitlines()}
@@ -758,7 +763,7 @@ def validate(schema: dict[str, Any], value: Any) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def schema(run_cli: Any) -> dict[str, Any]:
+def schema(run_cli: RunCli) -> dict[str, Any]:
     proc = run_cli("profiles", "--schema")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)  # type: ignore[no-any-return]
@@ -797,7 +802,7 @@ def test_schema_validates_the_bundled_profiles(schema: dict[str, Any], name: str
         {"colour": "blue", "checks": {}},
     ],
 )
-def test_schema_rejects_what_the_loader_rejects(schema: dict[str, Any], write: Any, doc: dict[str, Any]) -> None:
+def test_schema_rejects_what_the_loader_rejects(schema: dict[str, Any], write: Write, doc: dict[str, Any]) -> None:
     assert validate(schema, doc)
     problems(write("doc.yaml", yaml.safe_dump(doc)))
 
@@ -831,7 +836,9 @@ def _checks(draw: st.DrawFn) -> dict[str, Any]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(doc=_checks())
-def test_schema_and_loader_agree(schema: dict[str, Any], tmp_path_factory: Any, doc: dict[str, Any]) -> None:
+def test_schema_and_loader_agree(
+    schema: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, doc: dict[str, Any]
+) -> None:
     path = tmp_path_factory.mktemp("agree") / "p.yaml"
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     try:

@@ -13,16 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from clustercheck.checks.rdma import (
-    Setting,
-    judge_nccl_settings,
-    memlock_propagated,
-    parse_limits,
-    parse_nccl_conf,
-    parse_nccl_if_list,
-    parse_slurm_conf,
-    strtoll,
-)
+from clustercheck.checks.rdma import memlock_propagated, parse_limits
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.helpers import CORPUS, FIXTURES, cli
@@ -38,6 +29,14 @@ from clustercheck.facts.infiniband import (
     parse_sysfs,
     split_sections,
 )
+from clustercheck.facts.nccl_env import (
+    Setting,
+    judge_nccl_settings,
+    parse_nccl_conf,
+    parse_nccl_if_list,
+    strtoll,
+)
+from clustercheck.facts.slurm_conf import first_settings as parse_slurm_conf  # what rdma.memlock reads
 from clustercheck.result import CheckResult
 
 RDMA = FIXTURES / "rdma"

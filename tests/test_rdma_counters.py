@@ -201,7 +201,7 @@ def test_run_keeps_no_reading_so_it_skips_saying_why() -> None:
 
 
 def prolog(fixture: Path, state: Path) -> dict[str, Any]:
-    args = [
+    args: list[str | Path] = [
         "prolog",
         "--replay",
         fixture,
@@ -321,7 +321,7 @@ def test_carrier_losses_in_a_log_file_are_judged_once(tmp_path: Path) -> None:
     state = tmp_path / "state"
 
     def once() -> dict[str, Any]:
-        args = ["prolog", "--replay", node, "--profile", profile, "--state-file", state / "s.json"]
+        args: list[str | Path] = ["prolog", "--replay", node, "--profile", profile, "--state-file", state / "s.json"]
         proc = cli(*args, "--syslog-socket", "")
         assert proc.returncode in (0, 2), proc.stderr
         result: dict[str, Any] = json.loads((state / "s.json").read_text())["checks"][0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import yaml
 from hypothesis import given, settings
@@ -94,7 +95,7 @@ def unpacked_image(root: Path, *, pip_nccl: bool = False) -> Path:
     return root
 
 
-def local_run(tmp_path: Path, checks: str) -> dict[str, dict[str, object]]:
+def local_run(tmp_path: Path, checks: str) -> dict[str, dict[str, Any]]:
     profile = tmp_path / "p.yaml"
     profile.write_text("name: t\nchecks:\n" + checks)
     proc = cli("run", "--local", "--profile", profile, "--format", "json")

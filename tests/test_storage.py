@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -61,13 +63,14 @@ def variant(tmp_path: Path, edits: dict[str, str]) -> Path:
     return fixture
 
 
-def run_one(fixture: Path, check_id: str, params: dict[str, object], host: str = "gpu001") -> dict[str, object]:
+def run_one(fixture: Path, check_id: str, params: Mapping[str, object], host: str = "gpu001") -> dict[str, Any]:
     profile = fixture.parent / "profile.yaml"
     profile.write_text(yaml.safe_dump({"checks": {check_id: params}}))
     proc = cli("run", "--replay", str(fixture), "--profile", str(profile), "--format", "json")
     assert "Traceback" not in proc.stderr, proc.stderr
+    check: dict[str, Any]
     (check,) = json.loads(proc.stdout)["hosts"][host]["checks"]
-    return check  # type: ignore[no-any-return]
+    return check
 
 
 NFS_RULES = {"require_options": ["nfs:rsize>=1MiB", "nfs:wsize>=1MiB", "nfs:hard"], "forbid_options": ["nfs:noac"]}
@@ -127,14 +130,15 @@ def test_mounts_hung_stat_fails_without_hanging(tmp_path: Path) -> None:
 SMALL = {"size": "32MiB", "budget": 3, "meta_files": 200, "readers": 2}
 
 
-def run_local(tmp_path: Path, check_id: str, params: dict[str, object]) -> dict[str, object]:
+def run_local(tmp_path: Path, check_id: str, params: Mapping[str, object]) -> dict[str, Any]:
     profile = tmp_path / "profile.yaml"
     profile.write_text(yaml.safe_dump({"checks": {check_id: params}}))
     proc = cli("run", "--local", "--profile", str(profile), "--format", "json")
     assert "Traceback" not in proc.stderr, proc.stderr
     (host,) = json.loads(proc.stdout)["hosts"].values()
+    check: dict[str, Any]
     (check,) = host["checks"]
-    return check  # type: ignore[no-any-return]
+    return check
 
 
 def leftovers(folder: Path) -> list[Path]:
@@ -147,12 +151,12 @@ def test_read_pattern_measures_and_removes_its_folder(tmp_path: Path) -> None:
     (data / "theirs").write_text("not ours")
     check = run_local(tmp_path, "storage.read_pattern", {"path": str(data), **SMALL})
     assert check["status"] == "ok", check
-    measured = check["data"]["measured"]  # type: ignore[index]
+    measured = check["data"]["measured"]
     assert measured["seq"]["bytes"] == 32 << 20  # the whole file set, read once
     assert measured["rand_4k"]["ops"] > 0 and measured["rand_4k"]["p99_ms"] >= measured["rand_4k"]["p50_ms"]
     # the small-files phase is bounded by time: a busy machine opens fewer of the 200 files
     assert 0 < measured["meta"]["files"] <= 200
-    evidence = "\n".join(check["evidence"])  # type: ignore[arg-type]
+    evidence = "\n".join(check["evidence"])
     assert "page cache: O_DIRECT" in evidence and "created and removed" in evidence
     assert "<clustercheck storage script" in evidence
     assert leftovers(data) == [] and (data / "theirs").read_text() == "not ours"
@@ -165,7 +169,7 @@ def test_read_pattern_fails_below_threshold_naming_the_pattern(tmp_path: Path) -
     summary = str(check["summary"])
     assert summary.startswith("sequential reads ") and "expected at least 1e+09 MB/s (1e+09 MB/s)" in summary
     assert "small files " in summary
-    assert any("posix_fadvise(DONTNEED)" in e for e in check["evidence"])  # type: ignore[union-attr]
+    assert any("posix_fadvise(DONTNEED)" in e for e in check["evidence"])
     assert leftovers(tmp_path) == []
 
 
@@ -285,7 +289,7 @@ def test_per_gpu_thresholds_on_the_recorded_node(tmp_path: Path) -> None:
     want = f"random 4 KiB reads {iops:g} IOPS, expected at least 40000 IOPS (5000 IOPS per GPU x 8 GPUs)"
     assert check["summary"] == want
     check = run_one(fixture, "storage.read_pattern", {**base, "per_gpu_files_s": 2000}, host="stor001")
-    assert (check["status"], check["data"]["gpus"]) == ("ok", 8)  # type: ignore[index]
+    assert (check["status"], check["data"]["gpus"]) == ("ok", 8)
     check = run_one(fixture, "storage.read_pattern", {**base, "min_files_s": 30000, "per_gpu_files_s": 2000}, "stor001")
     assert check["summary"] == f"small files {files_s:g} files/s, expected at least 30000 files/s (30000 files/s)"
 
@@ -303,9 +307,9 @@ def test_existing_dataset_is_read_read_only(tmp_path: Path) -> None:
     check = run_local(tmp_path, "storage.read_pattern", params)
     assert check["status"] == "ok", check
     assert str(check["summary"]).endswith("(existing dataset, read-only)")
-    assert "3 files of 4 MiB or more, 50 of 1 MiB or less; nothing written" in "\n".join(check["evidence"])  # type: ignore[arg-type]
-    assert check["data"]["measured"]["seq"]["bytes"] == 3 * (8 << 20)  # type: ignore[index]  # all 3, 2 readers
-    assert check["data"]["measured"]["meta"]["files"] == 50  # type: ignore[index]
+    assert "3 files of 4 MiB or more, 50 of 1 MiB or less; nothing written" in "\n".join(check["evidence"])
+    assert check["data"]["measured"]["seq"]["bytes"] == 3 * (8 << 20)  # all 3, 2 readers
+    assert check["data"]["measured"]["meta"]["files"] == 50
     assert {p: (p.stat().st_mtime_ns, p.stat().st_size) for p in data.rglob("*")} == before
     (data / "shards" / "part-0.bin").unlink()
     for shard in (data / "shards").iterdir():
@@ -328,8 +332,8 @@ def test_random_reads_in_worker_processes(tmp_path: Path) -> None:
         params = {"path": str(data), **SMALL, "readers": readers, "workers": workers}
         check = run_local(tmp_path, "storage.read_pattern", params)
         assert check["status"] == "ok", check
-        assert said in "\n".join(check["evidence"]), check["evidence"]  # type: ignore[arg-type]
-        measured = check["data"]["measured"]  # type: ignore[index]
+        assert said in "\n".join(check["evidence"]), check["evidence"]
+        measured = check["data"]["measured"]
         # every worker's reads and bytes came back to the script: full blocks, counted once
         for key, block in (("rand_4k", 4096), ("rand_128k", 131072)):
             assert measured[key]["ops"] > 0 and measured[key]["bytes"] == measured[key]["ops"] * block, measured
