@@ -26,6 +26,7 @@ from clustercheck.errors import ClusterCheckError, HostError, UsageError
 from clustercheck.result import ExitCode, HostReport, Report
 
 if TYPE_CHECKING:
+    from clustercheck.slurm import PrologOptions
     from clustercheck.transports.base import Transport
 
 
@@ -379,8 +380,17 @@ def fast_prolog(argv: Sequence[str]) -> bool:
     if debug:
         options = options._replace(debug=True)
     state.debug = options.debug
-    state.exit_code = slurm.prolog(options, usage_error=problem)
+    state.exit_code = run_prolog(options, usage_error=problem)
     return True
+
+
+def run_prolog(options: PrologOptions, *, usage_error: str | None = None) -> int:
+    """slurm.prolog inside the boundary's own-fault mode (fast path and Typer command alike): an
+    exception that escapes it follows --on-internal-error, said loudly, never exit 64 or 70."""
+    from clustercheck import slurm
+
+    code, report = slurm.internal_error_policy(options)
+    return guarded(lambda: slurm.prolog(options, usage_error=usage_error), own_fault=OwnFault(code, report))
 
 
 def fast_nccl_log(argv: Sequence[str]) -> bool:
@@ -395,35 +405,59 @@ def fast_nccl_log(argv: Sequence[str]) -> bool:
 # -- the error boundary -------------------------------------------------------------------------
 
 
-def guarded(body: Callable[[], None]) -> int:
-    """Run body and map everything to a documented exit code, printing the error (the boundary)."""
+@dataclass(frozen=True)
+class OwnFault:
+    """The boundary's mode for a command that must never exit non-zero for clustercheck's own
+    fault (the prolog: a bug must not drain the node): every exception but an interrupt is
+    said by `report` (given "TypeName: message") and ends in `code` (--on-internal-error's).
+    --debug turns the mode off: the traceback and the usual exit code, as for any command."""
+
+    code: int
+    report: Callable[[str], None]
+
+
+def guarded(body: Callable[[], int | None], *, own_fault: OwnFault | None = None) -> int:
+    """Run body and map everything to a documented exit code, printing the error (the boundary).
+
+    The exit code is what body returns, or (None) what it left in `state.exit_code`.
+    """
     try:
-        body()
+        code = body()
     except KeyboardInterrupt:
         print("clustercheck: interrupted", file=sys.stderr)
         return 130
-    except UsageError as exc:
+    except BaseException as exc:
+        if own_fault is not None and not state.debug:  # the last line of defence
+            own_fault.report(f"{type(exc).__name__}: {exc}")
+            return own_fault.code
+        if not isinstance(exc, Exception):  # SystemExit and the like: not an error
+            raise
+        return _exit_code_of(exc)
+    return state.exit_code if code is None else code
+
+
+def _exit_code_of(exc: Exception) -> int:
+    """Print what went wrong and give its exit code: usage 64, a host or a run's error 3, a bug 70."""
+    if isinstance(exc, UsageError):
         print(f"clustercheck: error: {exc}", file=sys.stderr)
         return int(ExitCode.USAGE)
-    except HostError as exc:
+    if isinstance(exc, HostError):
         print(f"clustercheck: {exc.host}: {exc}", file=sys.stderr)
         return int(ExitCode.ERROR)
-    except ClusterCheckError as exc:
+    if isinstance(exc, ClusterCheckError):
         print(f"clustercheck: error: {exc}", file=sys.stderr)
         return int(ExitCode.ERROR)
-    except Exception as exc:
-        if state.debug:  # the traceback, and the same exit code: --debug never changes what a run means
-            import traceback
+    if state.debug:  # the traceback, and the same exit code: --debug never changes what a run means
+        import traceback
 
-            traceback.print_exc()
-            print(f"clustercheck: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 70
-        print(
-            f"clustercheck: internal error: {type(exc).__name__}: {exc} (run `{_debug_command()}` for the traceback)",
-            file=sys.stderr,
-        )
+        traceback.print_exception(exc)
+        print(f"clustercheck: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 70
-    return state.exit_code
+    print(
+        f"clustercheck: internal error: {type(exc).__name__}: {exc} (run `{_debug_command()}` for the traceback)",
+        file=sys.stderr,
+    )
+    return 70
 
 
 _command: list[str] = []  # the command line (main.main sets it), for the --debug hint

@@ -1,6 +1,6 @@
 """`clustercheck prolog`: the fast profile on every job start, as slurm.conf's Prolog.
 
-The work is in clustercheck.slurm; `cli.main()` runs a plain `prolog ...` command line there
+The work is in clustercheck.slurm; `clustercheck.main` runs a plain `prolog ...` command line there
 without importing Typer (the prolog is on every job's path). This module gives it its
 options and --help, and handles everything the fast path hands over.
 """
@@ -109,7 +109,7 @@ def prolog(
         dry_run=dry_run,
         trust_fixture_code=trust_fixture_code,
     )
-    cli.state.exit_code = slurm.prolog(options)
+    cli.state.exit_code = cli.run_prolog(options)
 
 
 def register(app: typer.Typer) -> None:

@@ -81,6 +81,7 @@ from clustercheck.slurm.prolog_mode import (
     PROLOG_FLAGS,
     PROLOG_OPTIONS,
     PrologOptions,
+    internal_error_policy,
     parse_prolog_args,
     prolog,
 )
@@ -138,6 +139,7 @@ __all__ = [
     "ensure_path",
     "ensure_std_fds",
     "health",
+    "internal_error_policy",
     "marker_folder",
     "owns",
     "parse_prolog_args",

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
@@ -63,24 +63,28 @@ def prolog(
     Only a failed check makes it non-zero. Everything that is clustercheck's own fault - a
     mistake on the Prolog= line (`usage_error`), a closed or broken stdout, a state file it
     cannot write, a crash, the budget - follows --on-internal-error and is said on stderr (when
-    it can be written) and in syslog, naming the cause.
+    it can be written) and in syslog, naming the cause. An exception that escapes is the
+    boundary's: run it through cli.run_prolog (`internal_error_policy` says what it does).
     """
     start = time.monotonic()
     ensure_std_fds()
+    return _prolog(opts, env, out, start, usage_error)
+
+
+def internal_error_policy(opts: PrologOptions) -> tuple[int, Callable[[str], None]]:
+    """What the one error boundary (cli.guarded's own-fault mode, cli.run_prolog) does with an
+    exception that escapes `prolog()`, the last line of defence: a bug must not drain. The exit
+    code --on-internal-error asks for, and how to say it loudly (stderr and syslog), given
+    "TypeName: message"."""
     policy_code = 0 if opts.on_internal_error == "pass" else EXIT_INTERNAL
-    try:
-        return _prolog(opts, env, out, start, usage_error)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # the last line of defence: a bug must not drain
-        if opts.debug:
-            raise
-        what = f"{type(exc).__name__}: {exc}"
+
+    def report(what: str) -> None:
         action = "passing the node" if policy_code == 0 else "failing the node: Slurm drains it"
         message = f"prolog: INTERNAL ERROR, could not judge the node: {what}; {action} (--on-internal-error)"
         say(f"clustercheck: {message}", sys.stderr)
         syslog(message, LOG_ERR, DEFAULT_SYSLOG if opts.syslog_socket is None else opts.syslog_socket)
-        return policy_code
+
+    return policy_code, report
 
 
 def _prolog(
