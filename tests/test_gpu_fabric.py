@@ -21,6 +21,7 @@ from tests.test_nvml import FakeGpu, Pci, fake_nvml, not_supported
 
 from clustercheck.facts.nvlink import (
     SXID_CLASS,
+    GpuLinks,
     TopoError,
     closeness,
     expected_for,
@@ -42,11 +43,12 @@ def corpus(name: str) -> str:
     return (SMI / name).read_text()
 
 
-def run_json(*args: str | Path) -> tuple[int, dict[str, object]]:
+def run_json(*args: str | Path) -> tuple[int, dict[str, Any]]:
     proc = cli("run", *args, "--format", "json")
     assert "Traceback" not in proc.stderr, proc.stderr
     report = json.loads(proc.stdout)
     (host,) = report["hosts"].values()
+    check: dict[str, Any]
     (check,) = host["checks"]
     return proc.returncode, check
 
@@ -417,13 +419,13 @@ HEALTH = {None: 0, "Healthy": 1, "Unhealthy": 2}
 
 
 def nvml_links(
-    name: str, status: object | None, errors: dict[int, dict[str, int | None]] | None
+    name: str, status: GpuLinks | None, errors: dict[int, dict[str, int | None]] | None
 ) -> dict[int, tuple[Any, ...]] | Exception:
     """One GPU's NVML NVLink answers from its `nvlink -s` entry (a GpuLinks) and `nvlink -e` counters."""
     if status is None:
         return not_supported()  # nvidia-smi printed nothing for it: no NVLink
     version = next((v for k, v in NVLINK_VERSION.items() if k in name), pynvml.NVML_NVLINK_VERSION_2_0)
-    links = {link.link: link for link in status.links}  # type: ignore[attr-defined]
+    links = {link.link: link for link in status.links}
     count = len(links) or expected_for(name)[0]  # all inactive: the model's links, each in state inactive
     out: dict[int, tuple[Any, ...]] = {}
     for n in range(count):
@@ -492,7 +494,7 @@ def test_nvlink_from_nvml_equals_nvidia_smi(mocker: MockerFixture, tmp_path: Pat
         old_driver,
     )
     # the field-values way asks the state of link 0 alone per GPU; the per-link way every link number
-    asked = pynvml.nvmlDeviceGetNvLinkState.call_count  # type: ignore[attr-defined]
+    asked = pynvml.nvmlDeviceGetNvLinkState.call_count
     assert asked == (8 * pynvml.NVML_NVLINK_MAX_LINKS if old_driver else 8)
     gpu0 = record["gpus"][0]
     assert gpu0["nvlinks"][0] == {
@@ -528,7 +530,7 @@ def test_nvlink_from_nvml_on_real_h100_and_v100_outputs(mocker: MockerFixture, t
         )
         for g in h100.gpus
     ]
-    fake_nvml(mocker, b"535.183.01", 12020, gpus)  # type: ignore[arg-type]
+    fake_nvml(mocker, b"535.183.01", 12020, gpus)
     (fixture / "probes" / "nvml.json").write_text(json.dumps(nvml.local()))
     code, check = run_json("--replay", fixture)
     assert (code, check["status"]) == (0, "ok")

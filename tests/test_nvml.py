@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from clustercheck.host import CommandResult
 from clustercheck.probes import nvml
 from clustercheck.probes.nvml import GpuRecord, format_cuda_version, parse_nvidia_smi_xml
 from clustercheck.transports import local as local_transport
+from clustercheck.transports.base import Transport
 from clustercheck.transports.fixture import Fixture, RecordingTransport, ReplayTransport
 from clustercheck.transports.local import LocalTransport
 
@@ -162,8 +165,9 @@ def test_record_validation_names_the_bad_field() -> None:
 # -- NVML in-process, mocked -------------------------------------------------------------------
 
 
-def not_supported() -> pynvml.NVMLError:
-    return pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+def not_supported() -> Exception:
+    error: Exception = pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # pynvml has no type hints
+    return error
 
 
 class FakeGpu:
@@ -236,7 +240,7 @@ class FakeGpu:
         return int(pynvml.NVML_SUCCESS)
 
 
-def fake_nvml(mocker: MockerFixture, driver: bytes, cuda: int, gpus: list[FakeGpu | Exception]) -> None:
+def fake_nvml(mocker: MockerFixture, driver: bytes, cuda: int, gpus: Sequence[FakeGpu | Exception]) -> None:
     """Patch pynvml's functions to answer for these GPUs (an Exception: the handle cannot be had)."""
     mocker.patch.object(pynvml, "nvmlInit")
     mocker.patch.object(pynvml, "nvmlShutdown")
@@ -293,7 +297,9 @@ def fake_nvml(mocker: MockerFixture, driver: bytes, cuda: int, gpus: list[FakeGp
         mocker.patch.object(pynvml, name, side_effect=lambda h, clock, _n=name: h.get(f"{_n} {clock}"))
     for name in ("nvmlDeviceGetMaxClockInfo",):
         mocker.patch.object(pynvml, name, side_effect=lambda h, clock, _n=name: h.get(f"{_n} {clock}"))
-    names = {p.pid: p.name for g in gpus if isinstance(g, FakeGpu) for p in g.answers.get("names", [])}
+    names: dict[int, bytes] = {
+        p.pid: p.name for g in gpus if isinstance(g, FakeGpu) for p in g.answers.get("names", [])
+    }
 
     def process_name(pid: int) -> bytes:
         if pid not in names:
@@ -544,7 +550,7 @@ def test_a_lost_gpu_is_listed_with_its_error(mocker: MockerFixture) -> None:
 
 def test_no_library_and_no_nvidia_smi_is_a_record_saying_so(mocker: MockerFixture) -> None:
     mocker.patch.object(pynvml, "nvmlInit", side_effect=pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
-    mocker.patch.object(nvml.shutil, "which", return_value=None)
+    mocker.patch.object(shutil, "which", return_value=None)  # the probe asks shutil.which for nvidia-smi
     record = nvml.local()
     assert record["gpus"] == [] and record["error"].startswith("NVML library not found")
 
@@ -570,8 +576,9 @@ def test_without_the_library_the_local_transport_falls_back_to_nvidia_smi(
     assert Host(ReplayTransport(Fixture.load(tmp_path / "fx"))).probe("nvml") == record
 
 
-class ScriptedTransport:
-    """A transport whose one command answers as told (for nvidia-smi's failure modes)."""
+class ScriptedTransport(Transport):
+    """A transport whose one command answers as told (for nvidia-smi's failure modes); it has no files
+    and no probes."""
 
     kind = "scripted"
     host = "n1"
@@ -579,9 +586,28 @@ class ScriptedTransport:
     def __init__(self, result: CommandResult) -> None:
         self.result = result
 
-    def run(self, argv: Any, *, timeout: float) -> CommandResult:
+    @property
+    def fixture(self) -> Fixture | None:
+        return None
+
+    def run(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
         assert tuple(argv) == ("nvidia-smi", "-q", "-x")
         return self.result
+
+    def read(self, path: str, *, timeout: float) -> str:
+        raise FileNotFoundError(path)
+
+    def read_many(self, paths: Sequence[str], *, timeout: float) -> dict[str, str | None]:
+        return {}
+
+    def probe(self, name: str, *, timeout: float) -> Any:
+        raise HostError(self.host, f"no probe {name} on a scripted transport")
+
+    def connect(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def smi(code: int | None, stdout: str = "", stderr: str = "", timed_out: bool = False) -> CommandResult:
@@ -589,22 +615,22 @@ def smi(code: int | None, stdout: str = "", stderr: str = "", timed_out: bool = 
 
 
 def test_remote_side_failure_modes() -> None:
-    missing = nvml.remote(ScriptedTransport(smi(127, stderr="nvidia-smi: command not found")), 10)  # type: ignore[arg-type]
+    missing = nvml.remote(ScriptedTransport(smi(127, stderr="nvidia-smi: command not found")), 10)
     assert missing["gpus"] == [] and "nvidia-smi not found" in missing["error"]
     no_driver = (
         "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
         "Make sure that the latest NVIDIA driver is installed and running.\n"
     )
-    failed = nvml.remote(ScriptedTransport(smi(9, no_driver)), 10)  # type: ignore[arg-type]
+    failed = nvml.remote(ScriptedTransport(smi(9, no_driver)), 10)
     assert failed["error"] == "nvidia-smi exited 9: " + no_driver.strip()
     mismatch = nvml.remote(
         ScriptedTransport(smi(18, "Failed to initialize NVML: Driver/library version mismatch\n")), 10
-    )  # type: ignore[arg-type]
+    )
     assert "Driver/library version mismatch" in mismatch["error"]
     with pytest.raises(HostError, match="does not parse"):
-        nvml.remote(ScriptedTransport(smi(0, '<?xml version="1.0" ?>\n<nvidia_smi_log><gpu>')), 10)  # type: ignore[arg-type]
+        nvml.remote(ScriptedTransport(smi(0, '<?xml version="1.0" ?>\n<nvidia_smi_log><gpu>')), 10)
     with pytest.raises(CommandTimeout):
-        nvml.remote(ScriptedTransport(smi(None, timed_out=True)), 10)  # type: ignore[arg-type]
+        nvml.remote(ScriptedTransport(smi(None, timed_out=True)), 10)
 
 
 def test_calls_a_gpu_does_not_support_are_named_not_failed(mocker: MockerFixture) -> None:
