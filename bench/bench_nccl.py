@@ -263,7 +263,7 @@ def main() -> int:
     load = os.getloadavg()
     when = dt.datetime.now(dt.timezone.utc)
     python = Path(sys.executable).name
-    size_arg = f"--size {args.size}" if args.size else f"--sizes {','.join(map(str, sizes))}"
+    size_arg = " ".join(sys.argv[1:])  # the exact command line, as given
     machine = (
         f"{platform.node()}, {os.cpu_count()} CPUs, load average (1 min) before / after {load_before[0]:.1f} / "
         f"{load[0]:.1f} (1/5/15 min at the end: {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}; the CPUs are shared "
