@@ -30,10 +30,14 @@ channels without GPUDirect RDMA, TCP-socket channels, shared-memory channels). M
 constant: one block, bounded caches, and per-host state bounded by the number of hosts.
 Large files are cut into stretches at line boundaries and scanned by several processes; the
 raw evidence of each stretch (a `Partial`) is merged back in order, so line numbers hold.
+Where GNU grep is on PATH, a file of at least GREP_MIN bytes has its byte-level pass past the
+exact start done by two `grep -F` beside this process (`grep`: the same Partials, so the same
+report; no GNU grep, `CLUSTERCHECK_NCCL_GREP=0` or a line longer than a block: the scan above).
 
 The package: `grammar` (one line -> what it says), `scan` (blocks, stretches, processes ->
-`Partial`), `state` (`Scanner`: the evidence accumulated per host and job), `rules` (the
-verdict: `judge()` and its named rules). Everything a caller needs is importable from here.
+`Partial`), `grep` (the same `Partial`s through GNU grep), `state` (`Scanner`: the evidence
+accumulated per host and job), `rules` (the verdict: `judge()` and its named rules). Everything a
+caller needs is importable from here.
 """
 
 from __future__ import annotations
