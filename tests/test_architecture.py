@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ROOT / "checks"
 FACTS = ROOT / "src" / "clustercheck" / "facts"
@@ -263,3 +265,51 @@ def test_the_cycle_finder_finds_cycles_through_nested_imports(tmp_path: Path) ->
     graph = import_graph(files)
     assert graph["pkg.d"] == {"pkg.a"}  # the module, not its package, nor a name as a module
     assert cycles_of(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+# -- one option table -----------------------------------------------------------------------------
+
+
+def typer_options(command: str) -> dict[str, str]:
+    """option -> kind ("value", "multi", "flag") of one command as the Typer application declares it."""
+    import typer
+
+    from clustercheck.app import app
+
+    found: dict[str, str] = {}
+    for param in typer.main.get_command(app).commands[command].params:  # type: ignore[attr-defined]
+        kind = "flag" if getattr(param, "is_flag", False) else "multi" if param.multiple else "value"
+        found |= {o: kind for o in (*param.opts, *param.secondary_opts) if o.startswith("-")}
+    return found
+
+
+def test_the_plain_parsers_option_tables_are_typers() -> None:
+    """clustercheck.options (read by bare.py, cli's fast run path and the prolog's own parser) names
+    exactly the options, and kinds, that the Typer commands declare: neither can drift."""
+    from clustercheck import bare, cli, options, slurm
+
+    for command, spec in options.COMMANDS.items():
+        table = {o: kind for o, (_, kind) in spec.items()}
+        declared = typer_options(command)
+        assert table == declared, (
+            f"{command}: only Typer has {sorted(set(declared) - set(table))}, only the table "
+            f"{sorted(set(table) - set(declared))}, kinds differ for "
+            f"{sorted(o for o in set(table) & set(declared) if table[o] != declared[o])}"
+        )
+    # and the plain parsers read these tables, not copies of their own
+    assert bare.SPECS == {"run": options.RUN, "health": options.HEALTH, "checks": options.CHECKS}
+    assert set(bare.SSH_OPTIONS) == set(options.RUN_SSH)
+    prolog = {**slurm.PROLOG_OPTIONS, **slurm.PROLOG_FLAGS}
+    assert prolog == {**{o: k for o, (k, _) in options.PROLOG.items()}, "--debug": "debug"}
+    fast = {**cli._RUN_OPTIONS, **cli._RUN_FLAGS}
+    assert fast.items() <= {o: k for o, (k, _) in options.RUN.items()}.items() and "--profile" in fast
+
+
+def test_a_drifted_option_table_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clustercheck import options
+
+    declared = typer_options("prolog")
+    assert declared["--checks"] == "multi" and declared["--dry-run"] == "flag" and declared["--budget"] == "value"
+    monkeypatch.setitem(options.COMMANDS, "prolog", {k: v for k, v in options.PROLOG.items() if k != "--dry-run"})
+    with pytest.raises(AssertionError, match="only Typer has \\['--dry-run'\\]"):
+        test_the_plain_parsers_option_tables_are_typers()

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from clustercheck import __version__, cli
+from clustercheck import __version__, cli, options
 from clustercheck.errors import UsageError
 
 COMMANDS = ("run", "prolog", "health", "checks", "nccl-log")
@@ -59,53 +59,11 @@ The other commands (--ssh fleets, record, explain, profiles, topology, report, .
 need the full install: pip install clustercheck (README: Install).
 """
 
-# option -> (key, kind): kind "value" (once), "multi" (repeatable) or "flag"
-Spec = dict[str, tuple[str, str]]
-
-_RUN: Spec = {
-    "--profile": ("profile", "value"),
-    "-p": ("profile", "value"),
-    "--local": ("local", "flag"),
-    "--replay": ("replay", "multi"),
-    "--checks": ("checks", "multi"),
-    "--format": ("format", "value"),
-    "-f": ("format", "value"),
-    "--output": ("output", "value"),
-    "-o": ("output", "value"),
-    "--verbose": ("verbose", "flag"),
-    "-v": ("verbose", "flag"),
-    "--by": ("by", "value"),
-    "--all": ("all_hosts", "flag"),
-    "--timeout": ("timeout", "value"),
-    "--command-timeout": ("command_timeout", "value"),
-    "--host-timeout": ("host_timeout", "value"),
-    "--jobs": ("jobs", "value"),
-    "-j": ("jobs", "value"),
-    "--trust-fixture-code": ("trust_fixture_code", "flag"),
-}
-_HEALTH: Spec = {
-    "--profile": ("profile", "value"),
-    "-p": ("profile", "value"),
-    "--node": ("node", "value"),
-    "--dry-run": ("dry_run", "flag"),
-    "--replay": ("replay", "value"),
-    "--checks": ("checks", "multi"),
-    "--budget": ("budget", "value"),
-    "--state-file": ("state_file", "value"),
-    "--record-file": ("record_file", "value"),
-    "--scontrol": ("scontrol", "value"),
-    "--format": ("format", "value"),
-    "-f": ("format", "value"),
-    "--syslog-socket": ("syslog_socket", "value"),
-    "--trust-fixture-code": ("trust_fixture_code", "flag"),
-}
-_CHECKS: Spec = {
-    "--format": ("format", "value"),
-    "-f": ("format", "value"),
-    "--checks": ("checks", "multi"),
-    "--profile": ("profile", "value"),
-    "-p": ("profile", "value"),
-}
+# option -> (key, kind), one table a command: clustercheck.options (Typer declares the same)
+Spec = options.Spec
+_RUN: Spec = options.RUN
+_HEALTH: Spec = options.HEALTH
+_CHECKS: Spec = options.CHECKS
 SPECS = {"run": _RUN, "health": _HEALTH, "checks": _CHECKS}
 
 
@@ -171,7 +129,7 @@ def _no_positional(command: str, positional: list[str]) -> None:
 
 
 # run's options for --ssh: the single file has no SSH (paramiko's cryptography is a C extension)
-SSH_OPTIONS = ("--ssh", "--ssh-config", "--user", "-l", "--identity", "-i", "--port", "--accept-new-host-keys")
+SSH_OPTIONS = tuple(options.RUN_SSH)
 
 
 def run(args: Sequence[str]) -> None:

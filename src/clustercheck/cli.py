@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from clustercheck import __version__, formats
+from clustercheck import __version__, formats, options
 from clustercheck.errors import ClusterCheckError, HostError, UsageError
 from clustercheck.result import ExitCode, HostReport, Report
 
@@ -312,18 +312,10 @@ def plain_options(
     return opts
 
 
-_RUN_FLAGS = {"--local": "local", "--verbose": "verbose", "-v": "verbose"}
-_RUN_OPTIONS = {
-    "--profile": "profile",
-    "-p": "profile",
-    "--format": "format",
-    "-f": "format",
-    "--output": "output",
-    "-o": "output",
-    "--timeout": "timeout",
-    "--command-timeout": "command_timeout",
-    "--checks": "checks",
-}
+# what the fast path takes of run's options (clustercheck.options); anything else goes to Typer
+_FAST_RUN_KEYS = {"local", "verbose", "profile", "format", "output", "timeout", "command_timeout", "checks"}
+_RUN_FLAGS = options.flags(options.RUN, _FAST_RUN_KEYS)
+_RUN_OPTIONS = options.with_values(options.RUN, _FAST_RUN_KEYS)
 
 
 def fast_local_run(argv: Sequence[str]) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
-from clustercheck import __version__
+from clustercheck import __version__, options
 from clustercheck.bounded import Watchdog, run_bounded
 from clustercheck.result import ExitCode, Status
 from clustercheck.slurm.drain import REASON_PREFIX, _counts, drain_reason, sanitize_reason
@@ -283,19 +283,9 @@ def _prolog(
         return judged()
 
 
-PROLOG_OPTIONS = {
-    "--profile": "profile",
-    "-p": "profile",
-    "--budget": "budget",
-    "--replay": "replay",
-    "--checks": "checks",
-    "--state-file": "state_file",
-    "--on-internal-error": "on_internal_error",
-    "--syslog-socket": "syslog_socket",
-}
-
-
-PROLOG_FLAGS = {"--dry-run": "dry_run", "--trust-fixture-code": "trust_fixture_code", "--debug": "debug"}
+# the prolog's options (clustercheck.options, as its Typer command declares them) and the global --debug
+PROLOG_OPTIONS = options.with_values(options.PROLOG)
+PROLOG_FLAGS = {**options.flags(options.PROLOG), "--debug": "debug"}
 
 
 def parse_prolog_args(args: Sequence[str]) -> tuple[PrologOptions, str | None]:
