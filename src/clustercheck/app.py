@@ -1,6 +1,6 @@
 """The Typer application: every subcommand, its options and help.
 
-Imported by `cli.main()` for everything but the fast local `run` path (Typer 0.29 pulls in
+Imported by `clustercheck.main` for everything but the fast paths (cli.fast_*) (Typer 0.29 pulls in
 pydantic, ~85 ms: too much for a Slurm prolog that runs on every job start).
 """
 

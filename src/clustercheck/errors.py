@@ -1,6 +1,6 @@
 """Every error clustercheck raises on purpose, and the exit code each one maps to.
 
-`cli.main()` is the one place that turns these into messages and exit codes.
+`cli.guarded()` is the one place that turns these into messages and exit codes.
 Host errors never end a run: the runner turns them into `error` results for the
 check (or the host) they hit.
 """
