@@ -65,7 +65,7 @@ def test_run_timeout_bounds_a_handshake_that_never_ends(tmp_path: Path, sshd: SS
     hosts = f"silent,{sshd.alias}"
     proc = cli("run", "--ssh", hosts, "--ssh-config", config, "-p", "base", "--timeout", "2", "-f", "json")
     took = time.monotonic() - start
-    assert took < 2 + 2.0, f"--timeout 2 took {took:.1f} s"  # python start-up and the report included
+    assert took < 2 + 4.0, f"--timeout 2 took {took:.1f} s"  # python start-up and the report, on a loaded CI machine
     hosts = json.loads(proc.stdout)["hosts"]  # a report, not a killed run
     assert {c["status"] for c in hosts["silent"]["checks"]} == {"error"}
     assert "--timeout of 2 s expired" in hosts["silent"]["checks"][0]["summary"]
