@@ -15,14 +15,13 @@ Parsers: clustercheck.facts.roce.
 
 from __future__ import annotations
 
-import fnmatch
 import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import HostError
-from clustercheck.facts.infiniband import Port, rdma
+from clustercheck.facts.infiniband import port_selected, rdma
 from clustercheck.facts.roce import QosReading, parse_mlnx_qos, parse_net_sysfs, ranges
 
 
@@ -40,17 +39,6 @@ def _validate(params: Mapping[str, Any], profiles: tuple[str, ...]) -> list[str]
     if not isinstance(mtu, int) or isinstance(mtu, bool) or mtu < 0:
         problems.append(f"mtu: {mtu!r} is not a number of bytes (0: not judged)")
     return problems
-
-
-def _selected(port: Port, names: tuple[str, ...]) -> bool:
-    """As rdma.ports selects: `HCA` patterns take every port, `HCA:N` only port N."""
-    if not names:
-        return True
-    for name in names:
-        hca, colon, number = name.partition(":")
-        if fnmatch.fnmatchcase(port.hca, hca) and (not colon or fnmatch.fnmatchcase(str(port.port), number)):
-            return True
-    return False
 
 
 def _uniform(values: dict[str, str]) -> str:
@@ -101,7 +89,7 @@ def qos(
     """
     node = rdma(host)
     roce = [p for h in node.hcas for p in node.ports[h] if (p.link_layer or "").lower() == "ethernet"]
-    roce = [p for p in roce if _selected(p, names)]
+    roce = [p for p in roce if port_selected(p, names)]
     if not roce:
         which = f" matching {', '.join(names)}" if names else ""
         return skip(f"no RoCE port{which} (no RDMA port with link layer Ethernet): nothing to judge")

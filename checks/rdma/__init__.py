@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from clustercheck import Host, Result, Size, check, fail, ok, skip, warn
 from clustercheck.errors import HostError, NotRecorded
 from clustercheck.facts.image import image_probe, runtime_version, show_limit
-from clustercheck.facts.infiniband import Port, library_problems, natural_key, rdma, span
+from clustercheck.facts.infiniband import library_problems, natural_key, port_selected, rdma, span
 from clustercheck.facts.nccl_env import (  # NCCL's reading of its settings, shared with `clustercheck job`
     GDR_OFF,  # noqa: F401  (the names below stay importable from here: tests and site checks use them)
     MAX_IF_ENTRIES,  # noqa: F401
@@ -57,17 +57,6 @@ def select(names: Iterable[str], patterns: Sequence[str]) -> list[str]:
 def hca_patterns(names: Sequence[str]) -> list[str]:
     """The HCA part of `names` entries (`mlx5_0:1` -> `mlx5_0`)."""
     return [n.split(":", 1)[0] for n in names]
-
-
-def port_selected(port: Port, names: Sequence[str]) -> bool:
-    """Whether a port is selected by `names`: `HCA` patterns take every port, `HCA:N` only port N."""
-    if not names:
-        return True
-    for name in names:
-        hca, colon, number = name.partition(":")
-        if fnmatch.fnmatchcase(port.hca, hca) and (not colon or fnmatch.fnmatchcase(str(port.port), number)):
-            return True
-    return False
 
 
 # -- rdma.devices ----------------------------------------------------------------------------

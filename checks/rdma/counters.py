@@ -36,11 +36,12 @@ from clustercheck.facts.infiniband import (
     parse_counters,
     parse_link_events,
     parse_port_attrs,
+    port_selected,
     span,
     split_sections,
 )
 
-from . import _may_have_hcas, port_selected
+from . import _may_have_hcas
 
 
 class Rule(NamedTuple):

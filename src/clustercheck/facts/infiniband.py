@@ -11,6 +11,7 @@ libibverbs.so.1 and the verbs providers); only when sysfs shows no HCA, `ibstat`
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -50,6 +51,18 @@ class Port(NamedTuple):
     @property
     def label(self) -> str:
         return f"{self.hca} port {self.port}"
+
+
+def port_selected(port: Port, names: Sequence[str]) -> bool:
+    """Whether `names` selects a port, as the rdma and roce checks' `names` do: `HCA` patterns
+    take every port of the HCA, `HCA:N` only port N (fnmatch patterns both)."""
+    if not names:
+        return True
+    for name in names:
+        hca, colon, number = name.partition(":")
+        if fnmatch.fnmatchcase(port.hca, hca) and (not colon or fnmatch.fnmatchcase(str(port.port), number)):
+            return True
+    return False
 
 
 class DevNode(NamedTuple):
