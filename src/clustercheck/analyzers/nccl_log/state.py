@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,7 +150,9 @@ class Scanner:
     def feed_path(self, path: str, *, jobs: int = 1) -> None:
         """Scan a file; a large one in stretches on up to `jobs` processes, or through GNU grep."""
         size = Path(path).stat().st_size
-        parallel = jobs > 1 and size >= knobs.PARALLEL_MIN and _fork_available()
+        # fork only a process that runs no other thread: a child forked beside a thread that holds
+        # a lock (an embedding program's, a test runner's) can wait on it for ever
+        parallel = jobs > 1 and size >= knobs.PARALLEL_MIN and _fork_available() and threading.active_count() == 1
         if size >= knobs.GREP_MIN and _grep_wanted():
             from clustercheck.analyzers.nccl_log import grep
 
