@@ -370,7 +370,7 @@ with the machine's load; LOG is the generated file.
 
 Date: {when:%Y-%m-%d %H:%M} UTC
 Machine: {machine}
-Command: `{python} bench/bench_nccl.py {size_arg} --rounds {args.rounds}`
+Command: `{python} bench/bench_nccl.py {size_arg}`
 
 {header}
 | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- | --- |
