@@ -316,7 +316,9 @@ def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) 
     finally:
         for o in outputs:
             o.stop()
-        for proc in procs:
+        for o in outputs:  # the readers end at the pipe's end (grep exited or was killed) ...
+            o.thread.join(timeout=10)
+        for proc in procs:  # ... before their descriptors are closed (and their numbers reused)
             for pipe in (proc.stdout, proc.stderr):
                 if pipe is not None:
                     pipe.close()
