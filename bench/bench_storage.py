@@ -16,7 +16,8 @@ process can drive):
                 as fio's jobs, however many CPUs there are), for the random-read rows only
   fio           `fio --ioengine=psync --direct=1` (pread, as the script) with --numjobs equal to
                 the readers (fio's jobs are processes) and one file of --size / --readers per job:
-                rw=read bs=1M; rw=randread bs=4k; rw=randread bs=128k (time-based, --fio-runtime s);
+                rw=read bs=1M; rw=randread bs=4k; rw=randread bs=128k (time-based, --fio-runtime s),
+                its jobs as threads (--thread: see fio() for why);
                 all jobs' bytes and I/Os over the longest job's runtime (see fio() for why not
                 --group_reporting's figure)
 
@@ -101,6 +102,11 @@ def fio(folder: Path, name: str, rw: str, bs: str, per_job: int, readers: int, r
         f"--numjobs={readers}",
         "--ioengine=psync",
         "--direct=1",
+        # fio forks each job into a session of its own (setsid): where the kernel groups CPU time
+        # by session (autogroup, kernel.sched_autogroup_enabled=1, as on this VM), every job would
+        # get a session's share of a busy machine's CPUs while the script and its workers share
+        # one. As threads, fio's jobs stay in fio's session, beside the script's in theirs.
+        "--thread",
         "--output-format=json",
     ]
     if rw == "randread":
@@ -244,31 +250,35 @@ Per round (clustercheck / fio, in run order; the spread is this folder's noise b
 
 
 READING = """
-Reading: on a disk (/var/tmp) the drive is the limit, and clustercheck's figures are fio's, with
-the default worker processes, with one process and with a process per reader (the kept target,
-issue 7). On memory (/dev/shm, tmpfs) nothing waits for a device: every read is a copy made by a
-CPU, so the CPUs are the device, and here they are 2 CPUs shared with other work (the load lines).
-Three things make clustercheck's figure lower there, and none of them is the storage:
-- CPU time per read. fio spends the CPU time per 4 KiB read shown above (about 2 us, nearly all
-  of it the kernel's); the script's loop, copied and timed by hand on this VM with thread and
-  process CPU time over 150,000 to 800,000 reads, spends 2.4 to 3.0 us: the read itself from
-  Python (os.preadv at a random offset) about 1.4 us, and each read's two random draws, file and
-  block lookups, two clock reads and the latency list about 1 us more. Batching the draws or
-  dropping a clock saved under 10% in the same test. Once every CPU is busy the script can read
-  at most about 0.65 to 0.8 of fio's rate; a process per reader came to 0.70 in this run.
-- Two readers per process share one interpreter lock, which every 1-2 us read releases and takes
-  back: on tmpfs the default (one process per reader up to the CPUs: 2 here, for 4 readers)
-  reached 0.30 of fio's 4 KiB rate in this run where a process per reader reached 0.70; in a
-  run at a load of 8 (20:03 UTC) both were at 0.25. On the disk the three columns agree.
-- Short phases on a shared machine. At these speeds each phase lasts 0.1 to 0.6 s (20,000 reads
-  per reader; 2 GiB at several GB/s), fio's random reads 3 s each; the script's figure is over the
-  wall span from the first reader's start to the last one's end, fio's over its jobs' own
-  runtimes (all jobs' bytes over the longest job's runtime here; fio's --group_reporting figure,
-  used before 20:17 UTC, divides by a shorter time: 4 sequential jobs of 109-155 ms each were
-  reported as one of 114 ms). Sequential 1 MiB reads cost both tools the same CPU per byte (by
-  hand: 0.31 s of CPU for 1 GiB in four Python processes, 0.30 s for fio with its start-up),
-  so the sequential gap on tmpfs is the other load's share of the CPUs during a short phase: the
-  per-round ratios move from 0.38 to 0.69.
+Reading (the figures quoted are from the run of 2026-12-01 20:29 UTC and from tests by hand on
+this VM that day): on a disk (/var/tmp) the drive is the limit, and clustercheck's figures are
+fio's, with the default worker processes, with one process and with a process per reader (the
+kept target, issue 7). On memory (/dev/shm, tmpfs) nothing waits for a device: every read is a
+copy made by a CPU, so the CPUs are the device, here 2 CPUs shared with other sessions (the load
+lines). What separated the two tools there:
+- Their share of those CPUs. This kernel divides CPU time between sessions first (autogroup,
+  kernel.sched_autogroup_enabled=1), and fio forks each job into a session of its own (setsid):
+  on a busy machine its 4 jobs got 4 sessions' share where the script and its workers share one
+  (by hand: a copy of the script's loop in 4 processes got 0.75 CPU beside fio's 4 jobs' 1.1).
+  That, not the storage, made /dev/shm miss before (0.26-0.65 of fio in the 17:30 and 20:17 UTC
+  runs). fio now runs its jobs as threads (--thread), in its one session, and /dev/shm's
+  sequential and 128 KiB figures came within 0.93 of fio's.
+- CPU time per 4 KiB read, what is left: fio spends about 1.6-2 us (the figure above, nearly all
+  of it the kernel's); the script's loop, copied and timed by hand with thread and process CPU
+  time over 150,000 to 800,000 reads, 2.4 to 3.0 us: the read itself from Python (os.preadv at a
+  random offset) about 1.4 us, each read's two random draws, file and block lookups, two clock
+  reads and latency record about 1 us more. Batching the draws or dropping a clock saved under
+  10% in the same test. So once every CPU is busy the script reads at most about 0.65-0.8 of
+  fio's rate: 0.67 in this run, with a process per reader 0.65. Only a compiled reader (or a
+  smaller Python loop per read than the standard library allows) would close it.
+- Worker processes are what one process lacks: 4 readers as threads of one process reached 0.23
+  of fio at 4 KiB on tmpfs (every read releases and retakes one interpreter lock), 2 worker
+  processes 0.67. On this 2-CPU VM one process per reader (as many as fio's jobs) adds nothing
+  over one per CPU.
+- fio's own figure is every job's bytes and I/Os over the longest job's runtime: its
+  --group_reporting figure (used before 20:17 UTC) divides by a shorter time (4 sequential jobs
+  of 109-155 ms on tmpfs reported as one of 114 ms). clustercheck's is over the wall span from
+  its first reader's start to its last one's end.
 A fast NVMe drive (10-100 us per 4 KiB read) sits between the two cases: the script's 1 us per
 read is a few percent of it, and worker processes keep the interpreter lock out of the way.
 """
