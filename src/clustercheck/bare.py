@@ -9,7 +9,7 @@ and hands everything else to Typer when it is importable (a full install), or sa
 install when it is not. Option names, defaults and exit codes are the Typer application's
 (app.py, commands/; tests/test_dist.py compares the option names), and the work is done by the
 same functions. `prolog` is cli.fast_prolog's: the prolog's own parser and policy; `nccl-log` is
-cli.fast_nccl_log's (commands/nccl.py), the Typer-free path the full install takes for plain arguments.
+commands.nccl.fast_nccl_log's, the Typer-free path the full install takes for plain arguments.
 """
 
 from __future__ import annotations
@@ -221,8 +221,10 @@ def checks(args: Sequence[str]) -> None:
 
 
 def nccl_log(args: Sequence[str]) -> None:
-    """`nccl-log`: cli.fast_nccl_log, the same parser, scan and report as the full install's."""
-    if cli.fast_nccl_log(["nccl-log", *args]):
+    """`nccl-log`: commands.nccl.fast_nccl_log, the same parser, scan and report as the full install's."""
+    from clustercheck.commands.nccl import fast_nccl_log
+
+    if fast_nccl_log(list(args)):
         return
     try:
         import typer  # noqa: F401  (a full install beside the node's python3: its answer)

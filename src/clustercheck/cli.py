@@ -385,15 +385,6 @@ def run_prolog(options: PrologOptions, *, usage_error: str | None = None) -> int
     return guarded(lambda: slurm.prolog(options, usage_error=usage_error), own_fault=OwnFault(code, report))
 
 
-def fast_nccl_log(argv: Sequence[str]) -> bool:
-    """Run `nccl-log ...` without Typer when every argument is a plain one (commands/nccl.py)."""
-    if not argv or argv[0] != "nccl-log":
-        return False
-    from clustercheck.commands.nccl import fast_nccl_log as run
-
-    return run(list(argv[1:]))
-
-
 # -- the error boundary -------------------------------------------------------------------------
 
 

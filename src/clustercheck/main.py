@@ -1,6 +1,6 @@
 """The entry point (`clustercheck`, `python -m clustercheck`): above the CLI's modules.
 
-The plain fast paths (cli.fast_local_run, cli.fast_prolog, cli.fast_nccl_log) run without
+The plain fast paths (cli.fast_local_run, cli.fast_prolog, commands.nccl.fast_nccl_log) run without
 importing Typer; anything else, `--help` included, goes to the Typer application (app.py).
 Everything runs inside cli.guarded, the one error boundary that picks exit codes.
 """
@@ -14,8 +14,16 @@ from clustercheck import cli
 from clustercheck.result import ExitCode
 
 
+def _fast_nccl_log(args: list[str]) -> bool:
+    if args[:1] != ["nccl-log"]:
+        return False
+    from clustercheck.commands.nccl import fast_nccl_log
+
+    return fast_nccl_log(args[1:])
+
+
 def _dispatch(args: list[str]) -> None:
-    if cli.fast_local_run(args) or cli.fast_prolog(args) or cli.fast_nccl_log(args):
+    if cli.fast_local_run(args) or cli.fast_prolog(args) or _fast_nccl_log(args):
         return
     from clustercheck.app import app
 
