@@ -22,9 +22,12 @@ from checks import nccl
 from tests.helpers import REPO, cli
 
 # Peak RSS of the CLI process itself (children, such as grep, excluded) printed on exit.
+# The peak of this process's own memory: VmHWM, which execve() starts afresh. getrusage's
+# ru_maxrss would carry the forking parent's peak into the child (a pytest process grown by an
+# earlier test read as the CLI's 254 MB).
 RSS = (
-    "import atexit, resource, runpy, sys\n"
-    "peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+    "import atexit, runpy, sys\n"
+    "peak = lambda: int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1])\n"
     "atexit.register(lambda: sys.stderr.write('MAXRSS_KB %d\\n' % peak()))\n"
     "sys.argv = ['clustercheck', *sys.argv[1:]]\n"
     "runpy.run_module('clustercheck', run_name='__main__')\n"
