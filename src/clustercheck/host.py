@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from clustercheck.errors import CommandTimeout, HostError
+from clustercheck.transports.base import CommandResult as CommandResult  # what run() returns (re-exported)
 from clustercheck.transports.base import Transport as Transport  # the protocol (re-exported: checks import it here)
 
 T = TypeVar("T")
@@ -90,34 +91,6 @@ def describe_size(n: int) -> str:
         if n >= size and n % size == 0:
             return f"{n // size} {unit}"
     return f"{n} bytes"
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What one command did on a node. `exit_code` is None when it was killed on timeout."""
-
-    argv: tuple[str, ...]
-    exit_code: int | None
-    stdout: str
-    stderr: str
-    duration_s: float
-    timed_out: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
-
-    @property
-    def command(self) -> str:
-        return shlex.join(self.argv)
-
-    def describe(self) -> str:
-        """One line for evidence and messages: the command and how it ended."""
-        if self.timed_out:
-            how = f"timed out after {self.duration_s:.1f} s"
-        else:
-            how = f"exit {self.exit_code}, {self.duration_s:.3f} s"
-        return f"$ {self.command}  ({how})"
 
 
 @dataclass(frozen=True)

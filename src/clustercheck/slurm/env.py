@@ -11,14 +11,11 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from clustercheck.errors import HostError
 from clustercheck.host import CommandResult, Transport
-
-if TYPE_CHECKING:
-    from clustercheck.transports.fixture import Fixture
-
+from clustercheck.transports.base import Recording
 
 #: What a prolog or HealthCheckProgram gets when slurmd sets no PATH (domain-facts §D.1).
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -151,7 +148,7 @@ class NoSlurmCommands:
         return self.inner.run(argv, timeout=timeout)
 
     @property
-    def fixture(self) -> Fixture | None:
+    def fixture(self) -> Recording | None:
         return self.inner.fixture
 
     def read(self, path: str, *, timeout: float) -> str:

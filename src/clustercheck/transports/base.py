@@ -26,7 +26,7 @@ What each call must do:
   with no connection.
 - `close`: stop whatever still runs (never wait for it) and start nothing after; safe to call
   from another thread, and more than once.
-- `fixture`: the recording this transport replays (`fixture.Fixture`), None for a live node.
+- `fixture`: the recording this transport replays (a `Recording`: `fixture.Fixture`), None for a live node.
 
 A new transport: a module in this package whose class has these members (mypy checks it
 where it is passed as a Transport), a way to choose it in `cli.make_transports`, and its
@@ -35,12 +35,52 @@ tests; see the README's contributors section.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # both import this module: only the type checker follows these
-    from clustercheck.host import CommandResult
-    from clustercheck.transports.fixture import Fixture
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one command did on a node. `exit_code` is None when it was killed on timeout."""
+
+    argv: tuple[str, ...]
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+    def describe(self) -> str:
+        """One line for evidence and messages: the command and how it ended."""
+        if self.timed_out:
+            how = f"timed out after {self.duration_s:.1f} s"
+        else:
+            how = f"exit {self.exit_code}, {self.duration_s:.3f} s"
+        return f"$ {self.command}  ({how})"
+
+
+class Recording(Protocol):
+    """What callers read of the fixture a transport replays (`fixture.Fixture` is one)."""
+
+    @property
+    def path(self) -> Path: ...  # the fixture's folder
+
+    @property
+    def host(self) -> str: ...  # the host it recorded
+
+    @property
+    def profile(self) -> str | None: ...  # the profile it was recorded for, as its manifest names it
 
 
 class Transport(Protocol):
@@ -50,7 +90,7 @@ class Transport(Protocol):
     kind: str  # "local", "ssh", "replay", "recording"... (a recording's manifest says which)
 
     @property
-    def fixture(self) -> Fixture | None:
+    def fixture(self) -> Recording | None:
         """The fixture this transport replays; None for a live node."""
         ...
 
