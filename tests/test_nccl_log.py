@@ -581,9 +581,10 @@ def test_fast_path_and_processes_agree_with_the_exact_path(tmp_path: Path, monke
     monkeypatch.setattr(nccl_log, "BLOCK", 4096)
     fast = analyze_paths([path])
     assert _essentials(fast) == _essentials(exact)
-    monkeypatch.setattr(nccl_log, "PARALLEL_MIN", 1)  # and in stretches on two processes
-    parallel = analyze_paths([path], jobs=2)
-    assert _essentials(parallel) == _essentials(exact)
+    # and in stretches on two processes (in a fresh interpreter, as the CLI runs them)
+    knobs = {"EXACT_CHANNELS": 500, "BLOCK": 4096, "PARALLEL_MIN": 1, "GREP": False}
+    (parallel,) = _in_a_fresh_process(path, 2, (None,), **knobs)
+    assert parallel == json.dumps({**fast.to_json(), "lines": fast.lines})
 
 
 def test_block_reader_numbers_lines_across_boundaries(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -892,6 +893,29 @@ ALL_LOGS = sorted([*LOGS.iterdir(), *(CORPUS / "nccl_logs_new").iterdir()])
 EXPECTS = (None, "ib", "roce", "ofi", "socket")
 
 
+def _in_a_fresh_process(path: Path, jobs: int, expects: tuple[str | None, ...], **knobs: object) -> list[str]:
+    """The JSON of each --expect for `path` scanned with `jobs` processes, in a fresh interpreter
+    as the CLI runs it: forking stretch workers from this test process, beside the threads earlier
+    tests left, can leave a worker waiting on a lock for ever."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "import clustercheck.analyzers.nccl_log as n\n"
+        "for k, v in json.loads(sys.argv[1]).items(): setattr(n, k, v)\n"
+        "out = []\n"
+        "for e in json.loads(sys.argv[2]):\n"
+        "    r = n.analyze_paths([sys.argv[3]], expect=e, jobs=int(sys.argv[4]))\n"
+        "    out.append(json.dumps({**r.to_json(), 'lines': r.lines}))\n"
+        "print(json.dumps(out))\n"
+    )
+    argv = [sys.executable, "-c", code, json.dumps(knobs), json.dumps(list(expects)), str(path), str(jobs)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    out: list[str] = json.loads(proc.stdout)
+    return out
+
+
 def _both_paths(
     monkeypatch: pytest.MonkeyPatch, paths: list[Path], *, jobs: int = 1, **knobs: int
 ) -> tuple[list[str], list[str], list[str]]:
@@ -939,10 +963,14 @@ def test_grep_path_gives_the_python_paths_report_on_every_corpus_log(
 
 def test_grep_path_in_stretches_and_on_a_large_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _big_log(tmp_path, hosts=24, rounds=8)
-    monkeypatch.setattr(nccl_log, "PARALLEL_MIN", 1)
-    for jobs, exact in ((1, 500), (2, 500), (3, 0)):
-        python, via_grep, fared = _both_paths(monkeypatch, [path], jobs=jobs, EXACT_CHANNELS=exact, BLOCK=4096)
-        assert via_grep == python and fared.count("grep") == len(EXPECTS), (jobs, exact, fared)
+    python, via_grep, fared = _both_paths(monkeypatch, [path], jobs=1, EXACT_CHANNELS=500, BLOCK=4096)
+    assert via_grep == python and fared.count("grep") == len(EXPECTS), fared
+    for jobs, exact in ((2, 500), (3, 0)):  # in stretches, each path in a fresh process
+        knobs = {"PARALLEL_MIN": 1, "GREP_MIN": 0, "BLOCK": 4096, "EXACT_CHANNELS": exact}
+        in_python = _in_a_fresh_process(path, jobs, EXPECTS, GREP=False, **knobs)
+        assert _in_a_fresh_process(path, jobs, EXPECTS, GREP=True, **knobs) == in_python, (jobs, exact)
+        if exact == 500:
+            assert in_python == python, jobs  # the same report as one process's
 
 
 def test_grep_path_keeps_line_numbers_of_a_file_without_final_newline(
