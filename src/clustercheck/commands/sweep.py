@@ -252,32 +252,14 @@ class Sweeper:
             gpus=self.gpus.get(node, 0),
             srun=self.opts.srun,
         )
+        ran = self._srun(argv, self.opts.run_timeout + logic.IMMEDIATE_S + 60)
+        if ran is None:
+            return None, "the sweep was interrupted before the run"
+        returncode, stdout, stderr, timed_out, took = ran
         with self.lock:
-            if self.stopping:
-                return None, "the sweep was interrupted before the run"
-            proc = subprocess.Popen(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                errors="replace",
-            )
-            self.procs.add(proc)
-        started = time.monotonic()
-        try:
-            stdout, stderr = proc.communicate(timeout=self.opts.run_timeout + logic.IMMEDIATE_S + 60)
-        except subprocess.TimeoutExpired:
-            proc.terminate()  # srun cancels the job step and its allocation
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.communicate(timeout=10)
-            proc.kill()
-            proc.wait()
+            self.srun_s[node] = self.srun_s.get(node, 0.0) + took
+        if timed_out:
             return None, f"the run on {node} did not end within {self.opts.run_timeout:g} s: stopped"
-        finally:
-            with self.lock:
-                self.procs.discard(proc)
-                self.srun_s[node] = self.srun_s.get(node, 0.0) + time.monotonic() - started
         with self.lock:
             if self.stopping:
                 return None, "the sweep was interrupted during the run"
@@ -289,7 +271,7 @@ class Sweeper:
             body = next(iter(doc["hosts"].values()))
         except (ValueError, KeyError, TypeError, StopIteration, AttributeError):
             said = " ".join((stderr or stdout).split())[-300:]
-            return None, f"`{shlex.join(argv)}` exited {proc.returncode} without a report: {said or '(no output)'}"
+            return None, f"`{shlex.join(argv)}` exited {returncode} without a report: {said or '(no output)'}"
         doc["hosts"] = {node: body}  # the node's Slurm name (its own host name may differ)
         path = self.folder / f"{node}.{attempt}.json"
         path.write_text(json.dumps(doc), encoding="utf-8")
@@ -581,9 +563,23 @@ class Sweeper:
             mounts=opts.mounts,
         )
         shown = shlex.join(argv)
+        ran = self._srun(argv, opts.timeout + logic.IMMEDIATE_S + 60)
+        if ran is None:
+            return logic.PairRun(pair, Status.ERROR, "the sweep was interrupted before the run", command=shown)
+        returncode, stdout, stderr, timed_out, srun_s = ran
+        with self.lock:
+            self.pair_srun_s.append(srun_s)
+        if timed_out:
+            why = f"all_reduce_perf on {pair.a} and {pair.b} did not end within {opts.timeout:g} s: stopped"
+            return logic.PairRun(pair, Status.ERROR, why, command=shown)
+        return self._judge_pair(pair, stdout, stderr, returncode, gpus, shown)._replace(seconds=srun_s)
+
+    def _srun(self, argv: list[str], timeout: float) -> tuple[int, str, str, bool, float] | None:
+        """Start one srun, unless the sweep is stopping (None), and wait for it within `timeout`,
+        stopping it past that: (exit code, stdout, stderr, timed out, seconds)."""
         with self.lock:
             if self.stopping:
-                return logic.PairRun(pair, Status.ERROR, "the sweep was interrupted before the run", command=shown)
+                return None
             proc = subprocess.Popen(
                 argv,
                 stdout=subprocess.PIPE,
@@ -595,21 +591,19 @@ class Sweeper:
             self.procs.add(proc)
         started = time.monotonic()
         try:
-            stdout, stderr = proc.communicate(timeout=opts.timeout + logic.IMMEDIATE_S + 60)
+            stdout, stderr = proc.communicate(timeout=timeout)
+            timed_out = False
         except subprocess.TimeoutExpired:
             proc.terminate()  # srun cancels the job step and its allocation
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.communicate(timeout=10)
             proc.kill()
             proc.wait()
-            why = f"all_reduce_perf on {pair.a} and {pair.b} did not end within {opts.timeout:g} s: stopped"
-            return logic.PairRun(pair, Status.ERROR, why, command=shown)
+            stdout, stderr, timed_out = "", "", True
         finally:
-            srun_s = time.monotonic() - started
             with self.lock:
                 self.procs.discard(proc)
-                self.pair_srun_s.append(srun_s)
-        return self._judge_pair(pair, stdout, stderr, proc.returncode, gpus, shown)._replace(seconds=srun_s)
+        return proc.returncode, stdout, stderr, timed_out, time.monotonic() - started
 
     def _judge_pair(
         self, pair: logic.Pair, stdout: str, stderr: str, returncode: int, gpus: int, shown: str
