@@ -556,7 +556,7 @@ RESULTS_NOTES = """
   5 s longer. The `0.9 s or more over its fastest` line counts those runs; the medians include
   them, as a site's prolog would pay them.
 - The clustercheck prolog path imports neither Typer (0.29 pulls in pydantic: ~85 ms), Rich,
-  paramiko nor psutil: `cli.main()` runs a plain `run --local` and `prolog` itself
+  paramiko nor psutil: `main.main()` runs a plain `run --local` and `prolog` itself
   (tests/test_cli.py and tests/test_prolog.py assert it). What remains is interpreter start-up,
   the package and PyYAML imports, and the profile load; the four checks take well under a
   millisecond each.

@@ -190,7 +190,7 @@ def unreachable_message(check: CheckResult) -> str | None:
     return None
 
 
-# The SSH transport's messages (transports/ssh.py), shortened to what hosts share.
+# The SSH transport's messages (transports/ssh/), shortened to what hosts share.
 _CAUSES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern, re.S), cause)
     for pattern, cause in (
