@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from tools import build_pyz  # the repository's root is on sys.path (pyproject: pytest's pythonpath)
 
 from clustercheck import __version__, registry
 
@@ -26,9 +27,6 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "fixtures" / "demo-cluster"
 NODE = DEMO / "gpu012"  # GPU 3 lost, XID 79: gpu.count and gpu.xid fail
 PROFILE = DEMO / "site-profile.yaml"  # what `make demo` runs the demo cluster with
-
-sys.path.insert(0, str(REPO / "tools"))
-import build_pyz  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -421,7 +419,12 @@ def test_nccl_log_runs_without_typer_as_the_full_install_does(pyz: Path, bare_py
     cache = tmp_path / "cache"
     logs = REPO / "tests" / "corpus" / "nccl_logs"
     log = logs / "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt"
-    for args in (["--format", "json", log], ["-f=json", log], [log, "--expect", "ib", "--jobs", "2", "-f", "json"]):
+    cases: tuple[list[str | Path], ...] = (
+        ["--format", "json", log],
+        ["-f=json", log],
+        [log, "--expect", "ib", "--jobs", "2", "-f", "json"],
+    )
+    for args in cases:
         got = run(bare_python, pyz, "nccl-log", *args, cache=cache)
         full = subprocess.run(
             [sys.executable, "-m", "clustercheck", "nccl-log", *map(str, args)],
