@@ -46,6 +46,11 @@ SENT = {
         2565,
         "af2bdbcfc146e6fc215abc7260273d69c18d184161ddd67e7694b2974cc638f5",
     ),
+    "clustercheck.checks.rdma.bandwidth:LOOPBACK_SCRIPT": (
+        "rdma_loopback.sh",
+        267,
+        "8e9e277c6dda31c715ec488e285e5cd214a9977dd5777066e7368b77cb618cf8",
+    ),
     "clustercheck.facts.image:IMAGE_FILE_SCRIPT": (
         "image_file.sh",
         219,

@@ -15,24 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from clustercheck import Host, Result, check, fail, ok
 from clustercheck.errors import HostError
-from clustercheck.facts import shown_with
+from clustercheck.facts import script_text, shown_with
 from clustercheck.facts.infiniband import parse_rate, parse_state, rdma
 
 if TYPE_CHECKING:  # the reader is imported when the check runs: every rdma module loads on the prolog path
     from clustercheck.facts.perftest import BwVerdict
 
-#: One loopback run: $1 the binary, $2 the HCA, the rest perftest's options. The server writes to
-#: stderr (kept as the run's stderr), the client to stdout. A client that fails while the server
-#: still runs is tried again, 10 times at most, a second apart (the server may still be starting:
-#: CUDA's init with --use_cuda takes seconds; what a failed try printed stays in the output). The
-#: server is killed when the client ends, whatever happened; a hang is the budget's: the transport
-#: kills the whole process tree.
-LOOPBACK_SCRIPT = (
-    'b=$1; d=$2; shift 2; "$b" -d "$d" "$@" >&2 & s=$!; n=0; '
-    'while :; do sleep 1; "$b" -d "$d" "$@" localhost; rc=$?; n=$((n+1)); '
-    '[ "$rc" -eq 0 ] && break; [ "$n" -lt 10 ] && kill -0 "$s" 2>/dev/null || break; done; '
-    'kill "$s" 2>/dev/null; wait "$s" 2>/dev/null; exit "$rc"'
-)
+#: One loopback run (facts/scripts/rdma_loopback.sh, which says how): `sh -c SCRIPT sh BINARY HCA
+#: OPTIONS...`, the server in the background, the client to localhost, the server killed after it.
+LOOPBACK_SCRIPT = script_text("rdma_loopback.sh").removesuffix("\n")
 SYSFS = "/sys/class/infiniband"
 
 
