@@ -17,11 +17,8 @@ import posixpath
 import re
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
-from clustercheck.analyzers.topology import (
-    Finding,
-    TopologyError,
-    place,
-)
+from clustercheck.analyzers.topology.model import Finding, TopologyError
+from clustercheck.analyzers.topology.placement import place
 from clustercheck.errors import HostError
 from clustercheck.facts.slurm_conf import (
     CONFIG_DIRS,

@@ -1,8 +1,8 @@
 """The topology file slurmctld reads (topology.yaml, else topology.conf), gathered through the Host API.
 
-The parsers are clustercheck.analyzers.topology's (`clustercheck topology` reads local files with
-them); this module is how a check asks a node for the file, by its real path in the config folder
-that holds slurm.conf.
+The parsers are clustercheck.analyzers.topology's (its conf and yaml modules; `clustercheck
+topology` reads local files with them); this module is how a check asks a node for the file, by
+its real path in the config folder that holds slurm.conf.
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from __future__ import annotations
 import posixpath
 from typing import TYPE_CHECKING
 
-from clustercheck.analyzers.topology import Topology, TopologyError, parse_topology_conf, parse_topology_yaml
+from clustercheck.analyzers.topology.conf import parse_topology_conf
+from clustercheck.analyzers.topology.model import Topology, TopologyError
+from clustercheck.analyzers.topology.yaml import parse_topology_yaml
 from clustercheck.facts.slurm_conf import ConfUnreadable
 
 if TYPE_CHECKING:
