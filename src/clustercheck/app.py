@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from clustercheck.profile import Profile
 from clustercheck.errors import UsageError
 from clustercheck.formats import Format
+from clustercheck.transports.choose import make_transports
 
 app = typer.Typer(
     name="clustercheck",
@@ -134,9 +135,9 @@ def run(
             help="Let the profile a --replay fixture names load its own check code (check_dirs, extends).",
         ),
     ] = False,
-) -> None:
+) -> int:
     """Run a profile's checks on this node, on hosts over SSH, or on recorded fixtures."""
-    transports = cli.make_transports(
+    transports = make_transports(
         local,
         ssh,
         replay,
@@ -146,7 +147,7 @@ def run(
         port=port,
         accept_new_host_keys=accept_new_host_keys,
     )
-    cli.execute_run(
+    return cli.execute_run(
         profile,
         transports,
         checks_dirs=tuple(checks_dir or ()),
@@ -186,7 +187,7 @@ def record(
     identity: IdentityOpt = None,
     port: PortOpt = None,
     accept_new_host_keys: AcceptOpt = False,
-) -> None:
+) -> int:
     """Record what a profile's checks read on real hosts into replayable fixture folders.
 
     The recording goes into a new private folder beside --out, renamed into place when it is
@@ -205,7 +206,7 @@ def record(
         raise UsageError("--profile is required: it decides what is recorded")
     _check_record_out(out, force)
     prof = profiles.load(profile, extra_check_dirs=tuple(checks_dir or ()))
-    inner = cli.make_transports(
+    inner = make_transports(
         local,
         ssh,
         None,
@@ -266,7 +267,8 @@ def record(
         )
     formats.render(report, "table", sys.stderr)
     if len(reached) < len(report.hosts):  # exits as `run` would: the recording is not what was asked
-        cli.state.exit_code = int(report.exit_code)
+        return int(report.exit_code)
+    return 0
 
 
 def _profile_from(fixture: Path, ref: str) -> str:

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from clustercheck import __version__, cli, options
 from clustercheck.errors import UsageError
+from clustercheck.transports.choose import make_transports
 
 COMMANDS = ("run", "prolog", "health", "checks", "nccl-log")
 
@@ -132,16 +133,16 @@ def _no_positional(command: str, positional: list[str]) -> None:
 SSH_OPTIONS = tuple(options.RUN_SSH)
 
 
-def run(args: Sequence[str]) -> None:
+def run(args: Sequence[str]) -> int:
     if any(a.partition("=")[0] in SSH_OPTIONS for a in args):
         raise _not_carried("paramiko", "run --ssh")
     opts, positional = parse("run", args, _RUN)
     _no_positional("run", positional)
     replay = [Path(r) for r in opts["replay"]]
-    transports = cli.make_transports(bool(opts.get("local")), None, replay)
+    transports = make_transports(bool(opts.get("local")), None, replay)
     from clustercheck import formats
 
-    cli.execute_run(
+    return cli.execute_run(
         opts.get("profile"),
         transports,
         checks_dirs=tuple(Path(c) for c in opts["checks"]),
@@ -158,14 +159,17 @@ def run(args: Sequence[str]) -> None:
     )
 
 
-def prolog(args: Sequence[str]) -> None:
+def prolog(args: Sequence[str]) -> int:
     # cli's fast path is the prolog's own parser: what it does with a mistake is the prolog's
     # policy (--on-internal-error), never a usage exit that drains the node; only --help is left
-    if not cli.fast_prolog(["--debug", "prolog", *args] if cli.state.debug else ["prolog", *args]):
+    code = cli.fast_prolog(["--debug", "prolog", *args] if cli.state.debug else ["prolog", *args])
+    if code is None:
         print(USAGE, end="")
+        return 0
+    return code
 
 
-def health(args: Sequence[str]) -> None:
+def health(args: Sequence[str]) -> int:
     from clustercheck import slurm
 
     opts, positional = parse("health", args, _HEALTH)
@@ -181,10 +185,10 @@ def health(args: Sequence[str]) -> None:
         debug=cli.state.debug,
         **values,
     )
-    cli.state.exit_code = slurm.health(options)
+    return slurm.health(options)
 
 
-def checks(args: Sequence[str]) -> None:
+def checks(args: Sequence[str]) -> int:
     import json
 
     from clustercheck import registry
@@ -207,7 +211,7 @@ def checks(args: Sequence[str]) -> None:
     if fmt == "json":
         json.dump([s.to_json() for s in specs], sys.stdout, indent=2)
         print()
-        return
+        return 0
     from rich.console import Console
     from rich.table import Table
 
@@ -218,14 +222,15 @@ def checks(args: Sequence[str]) -> None:
         )
         table.add_row(s.id, s.title, "\n".join(s.needs), params)
     Console().print(table)
+    return 0
 
 
-def nccl_log(args: Sequence[str]) -> None:
+def nccl_log(args: Sequence[str]) -> int:
     """`nccl-log`: commands.nccl.fast_nccl_log, the same parser, scan and report as the full install's."""
     from clustercheck.commands.nccl import fast_nccl_log
 
     if fast_nccl_log(list(args)):
-        return
+        return cli.left_exit_code(None)  # TEMPORARY (issue 14): fast_nccl_log leaves its code in cli.state
     try:
         import typer  # noqa: F401  (a full install beside the node's python3: its answer)
     except ImportError:
@@ -261,17 +266,16 @@ def main(argv: list[str] | None = None) -> NoReturn:
     command = args[0] if args else "--help"
     handlers = {"run": run, "prolog": prolog, "health": health, "checks": checks, "nccl-log": nccl_log}
 
-    def body() -> None:
+    def body() -> int:
         if command == "--version":
             print(f"clustercheck {__version__}")
-            return
+            return 0
         if command in ("--help", "-h"):
             print(USAGE, end="")
-            return
+            return 0
         try:
             if command in handlers:
-                handlers[command](args[1:])
-                return
+                return handlers[command](args[1:])
             try:
                 import typer  # noqa: F401  (a full install beside the node's python3: use it)
             except ImportError:

@@ -2,6 +2,10 @@
 picks exit codes (0 ok, 1 warn, 2 fail, 3 error, 64 bad usage or input, 70 internal error; see
 result.ExitCode); the entry point (`clustercheck.main`) calls it around everything.
 
+A command returns its exit code (an int or a result.ExitCode; None for 0) and raises for
+anything that went wrong: the entry point hands the returned code to `guarded`, which returns
+it, and turns an exception into its message and code. No command sets a global.
+
 The Typer application (`app.py`) defines every subcommand. A plain local run —
 `clustercheck run --local --profile P [--format F] [--output FILE] [--timeout S] ...`, what
 a Slurm prolog does on every job start — is dispatched here without importing Typer
@@ -25,6 +29,9 @@ from clustercheck import __version__, formats, options
 from clustercheck.errors import ClusterCheckError, HostError, UsageError
 from clustercheck.result import ExitCode, HostReport, Report
 
+# TEMPORARY (issue 14): commands/sweep.py still calls cli.make_transports; the builder is there
+from clustercheck.transports.choose import make_transports as make_transports
+
 if TYPE_CHECKING:
     from clustercheck.slurm import PrologOptions
     from clustercheck.transports.base import Transport
@@ -32,52 +39,18 @@ if TYPE_CHECKING:
 
 @dataclass
 class State:
-    debug: bool = False
-    exit_code: int = 0  # set by commands whose exit code comes from a report
+    debug: bool = False  # --debug: tracebacks, and the boundary's own-fault mode off
+    # TEMPORARY (issue 14): commands/sweep.py and commands/nccl.py still leave their exit code
+    # here instead of returning it; `left_exit_code` reads it. Delete both once they return it.
+    exit_code: int = 0
 
 
 state = State()
 
 
-def make_transports(
-    local: bool,
-    ssh: str | None,
-    replay: Sequence[Path] | None,
-    *,
-    ssh_config: Path | None = None,
-    user: str | None = None,
-    identity: list[str] | None = None,
-    port: int | None = None,
-    accept_new_host_keys: bool = False,
-) -> list[Transport]:
-    """The transports for --local (the default), --ssh HOSTLIST or --replay DIR..."""
-    chosen = sum([bool(local), ssh is not None, bool(replay)])
-    if chosen > 1:
-        raise UsageError("choose one of --local, --ssh HOSTLIST and --replay FIXTURE_DIR")
-    if replay:
-        from clustercheck.transports.fixture import ReplayTransport, find_fixtures
-
-        return [ReplayTransport(f) for f in find_fixtures(replay)]
-    if ssh is not None:
-        from clustercheck.hostlist import expand
-        from clustercheck.transports.ssh import SSHTransport
-
-        if ssh_config is not None and not ssh_config.exists():  # `-F /dev/null` is a common idiom
-            raise UsageError(f"--ssh-config {ssh_config}: no such file")
-        return [
-            SSHTransport(
-                h,
-                ssh_config=str(ssh_config) if ssh_config else None,
-                user=user,
-                identity=identity,
-                port=port,
-                accept_new_host_keys=accept_new_host_keys,
-            )
-            for h in expand(ssh)
-        ]
-    from clustercheck.transports.local import LocalTransport
-
-    return [LocalTransport()]
+def left_exit_code(code: int | None) -> int:
+    """TEMPORARY (issue 14): a command's returned code, or (None) what it left in state.exit_code."""
+    return state.exit_code if code is None else int(code)
 
 
 def check_output(output: Path | None, option: str = "-o") -> None:
@@ -159,8 +132,8 @@ def execute_run(
     by: str = "check",
     all_hosts: bool = False,
     trust_fixture_code: bool = False,
-) -> None:
-    """`clustercheck run`: load the profile, run it, render the report, set the exit code.
+) -> int:
+    """`clustercheck run`: load the profile, run it, render the report; its exit code.
 
     A profile taken from the replayed fixtures (no --profile) loads no code of its own
     (check_dirs, extends outside the bundled profiles) unless `trust_fixture_code`.
@@ -172,8 +145,7 @@ def execute_run(
     if timeout is not None and not _in_bounded_child:
         arguments = dict(locals())
         arguments.pop("arguments", None)
-        _bounded(lambda: execute_run(**arguments), timeout)
-        return
+        return _bounded(lambda: execute_run(**arguments), timeout)
     from clustercheck import profile as profiles
     from clustercheck import runner
 
@@ -226,7 +198,7 @@ def execute_run(
         progress.close()
     if not stream:
         write_output(lambda out: formats.render(report, fmt, out, verbose=verbose, by=by, all_hosts=all_hosts), output)
-    state.exit_code = int(report.exit_code)
+    return int(report.exit_code)
 
 
 def _from_here(ref: str) -> str:
@@ -249,7 +221,7 @@ def hard_stop_grace(timeout: float) -> float:
     return 2.0 + 0.05 * timeout
 
 
-def _bounded(body: Callable[[], None], timeout: float) -> None:
+def _bounded(body: Callable[[], int], timeout: float) -> int:
     """Run body in a child (its own error boundary, its own output), killed past the deadline."""
     from clustercheck.bounded import run_bounded
 
@@ -270,7 +242,7 @@ def _bounded(body: Callable[[], None], timeout: float) -> None:
         )
     if outcome.payload is None:
         raise RuntimeError(outcome.crash or f"the process running the checks {outcome.died}")
-    state.exit_code = int(outcome.payload)
+    return int(outcome.payload)
 
 
 # -- the fast path --------------------------------------------------------------------------------
@@ -318,18 +290,19 @@ _RUN_FLAGS = options.flags(options.RUN, _FAST_RUN_KEYS)
 _RUN_OPTIONS = options.with_values(options.RUN, _FAST_RUN_KEYS)
 
 
-def fast_local_run(argv: Sequence[str]) -> bool:
-    """Run `run --local ...` without Typer when every argument is a plain, valid one."""
+def fast_local_run(argv: Sequence[str]) -> int | None:
+    """Run `run --local ...` without Typer when every argument is a plain, valid one: its exit
+    code, or None (nothing done) for the arguments Typer is to handle."""
     if not argv or argv[0] != "run":
-        return False
+        return None
     opts = plain_options(argv[1:], _RUN_OPTIONS, _RUN_FLAGS)
     if opts is None:
-        return False
+        return None
     try:
         timeout = float(opts["timeout"]) if "timeout" in opts else None
         command_timeout = float(opts.get("command_timeout", 10.0))
     except ValueError:
-        return False
+        return None
     if (
         not opts.get("local")
         or "profile" not in opts
@@ -337,10 +310,10 @@ def fast_local_run(argv: Sequence[str]) -> bool:
         or (timeout is not None and timeout < 0.1)
         or command_timeout < 0.1
     ):
-        return False
+        return None
     from clustercheck.transports.local import LocalTransport
 
-    execute_run(
+    return execute_run(
         opts["profile"],
         [LocalTransport()],
         checks_dirs=tuple(Path(c) for c in opts["checks"]),
@@ -350,11 +323,11 @@ def fast_local_run(argv: Sequence[str]) -> bool:
         timeout=timeout,
         command_timeout=command_timeout,
     )
-    return True
 
 
-def fast_prolog(argv: Sequence[str]) -> bool:
-    """Run `prolog ...` (slurm.conf's Prolog, on every job start) without Typer.
+def fast_prolog(argv: Sequence[str]) -> int | None:
+    """Run `prolog ...` (slurm.conf's Prolog, on every job start) without Typer: its exit code,
+    or None (nothing done) for `--help` and for another command.
 
     Every prolog command line is handled here, mistakes included, and only `--help` goes to
     Typer: Typer's answer to a mistake is exit 64, which drains the node (every node, for a
@@ -365,15 +338,14 @@ def fast_prolog(argv: Sequence[str]) -> bool:
     if args[:1] == ["--debug"]:  # the one global option, before the subcommand
         debug, args = True, args[1:]
     if not args or args[0] != "prolog" or "--help" in args[1:]:
-        return False
+        return None
     from clustercheck import slurm
 
     options, problem = slurm.parse_prolog_args(args[1:])
     if debug:
         options = options._replace(debug=True)
     state.debug = options.debug
-    state.exit_code = run_prolog(options, usage_error=problem)
-    return True
+    return run_prolog(options, usage_error=problem)
 
 
 def run_prolog(options: PrologOptions, *, usage_error: str | None = None) -> int:
@@ -402,7 +374,7 @@ class OwnFault:
 def guarded(body: Callable[[], int | None], *, own_fault: OwnFault | None = None) -> int:
     """Run body and map everything to a documented exit code, printing the error (the boundary).
 
-    The exit code is what body returns, or (None) what it left in `state.exit_code`.
+    The exit code is what body returns (None: 0), or the code of the exception it raised.
     """
     try:
         code = body()
@@ -416,7 +388,7 @@ def guarded(body: Callable[[], int | None], *, own_fault: OwnFault | None = None
         if not isinstance(exc, Exception):  # SystemExit and the like: not an error
             raise
         return _exit_code_of(exc)
-    return state.exit_code if code is None else code
+    return 0 if code is None else int(code)
 
 
 def _exit_code_of(exc: Exception) -> int:

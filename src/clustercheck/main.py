@@ -2,37 +2,62 @@
 
 The plain fast paths (cli.fast_local_run, cli.fast_prolog, commands.nccl.fast_nccl_log) run without
 importing Typer; anything else, `--help` included, goes to the Typer application (app.py).
-Everything runs inside cli.guarded, the one error boundary that picks exit codes.
+Each returns the command's exit code, and everything runs inside cli.guarded, the one error
+boundary, which returns that code or turns an exception into its message and code.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from clustercheck import cli
 from clustercheck.result import ExitCode
 
 
-def _fast_nccl_log(args: list[str]) -> bool:
+def _fast_nccl_log(args: list[str]) -> int | None:
     if args[:1] != ["nccl-log"]:
-        return False
+        return None
     from clustercheck.commands.nccl import fast_nccl_log
 
-    return fast_nccl_log(args[1:])
+    # TEMPORARY (issue 14): fast_nccl_log says only whether it ran; its code is left in cli.state
+    return cli.left_exit_code(None) if fast_nccl_log(args[1:]) else None
 
 
-def _dispatch(args: list[str]) -> None:
-    if cli.fast_local_run(args) or cli.fast_prolog(args) or _fast_nccl_log(args):
-        return
+def _typer(args: list[str]) -> int:
+    """The Typer application, with click's standalone mode off: app() returns the command's
+    return value (an Exit's code for --help, --version), and click's own errors are raised to
+    here, shown as Typer shows them, with Typer's usage exit 2 ("a check failed" here) made 64."""
+    import typer
+
     from clustercheck.app import app
 
     try:
-        app(args=args, prog_name="clustercheck")
-    except SystemExit as exc:  # Typer always ends this way
+        returned = app(args=args, prog_name="clustercheck", standalone_mode=False)
+    except typer.TyperException as exc:  # click's ClickException (Typer vendors click): a usage error
+        show = getattr(exc, "show", None)  # what Typer calls for one (rich_markup_mode=None)
+        if callable(show):
+            show()
+        else:
+            print(f"Error: {exc.format_message()}", file=sys.stderr)
+        return int(ExitCode.USAGE) if exc.exit_code == 2 else exc.exit_code
+    except typer.Abort:  # EOF at a prompt
+        print("Aborted!", file=sys.stderr)
+        return 1
+    except SystemExit as exc:  # click still exits for a closed stdout (EPIPE) and shell completion
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ExitCode.USAGE)
-        # Typer's own usage errors exit 2, which means "a check failed" here: remap them.
-        cli.state.exit_code = int(ExitCode.USAGE if code == 2 else (code or cli.state.exit_code))
+        return int(ExitCode.USAGE if code == 2 else code)
+    return cli.left_exit_code(returned)  # TEMPORARY (issue 14): int(returned or 0) once sweep and nccl return it
+
+
+def _dispatch(args: list[str]) -> int:
+    paths: tuple[Callable[[list[str]], int | None], ...] = (cli.fast_local_run, cli.fast_prolog, _fast_nccl_log)
+    for path in paths:
+        code = path(args)
+        if code is not None:
+            return code
+    return _typer(args)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -53,7 +53,7 @@ def health(
     fmt: Annotated[HealthFormat, typer.Option("--format", "-f", help="Output format.")] = HealthFormat.table,
     syslog_socket: SyslogOpt = slurm.DEFAULT_SYSLOG,
     trust_fixture_code: TrustOpt = False,
-) -> None:
+) -> int:
     """Check this node (slurm.conf HealthCheckProgram=) and drain or resume it, safely.
 
     A failed check drains the node with Reason="clustercheck: <check>: <summary>" and keeps a
@@ -77,7 +77,7 @@ def health(
         record_file=record_file,
         trust_fixture_code=trust_fixture_code,
     )
-    cli.state.exit_code = slurm.health(options)
+    return slurm.health(options)
 
 
 def register(app: typer.Typer) -> None:

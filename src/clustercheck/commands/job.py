@@ -42,7 +42,6 @@ from typing import IO, Annotated, Any
 
 import typer
 
-from clustercheck import cli
 from clustercheck.errors import UsageError
 from clustercheck.facts import launch
 from clustercheck.facts.launch import Finding, Task
@@ -123,7 +122,7 @@ def job(
         Path,
         typer.Option("--root", help="Read /sys, /proc/driver/nvidia, /dev and /etc/nccl.conf under this folder."),
     ] = Path("/"),
-) -> None:
+) -> int:
     """Is this job ready to train? Each task's launch environment, binding and NCCL settings, and
     the warning before the time limit; one table per node.
 
@@ -164,22 +163,18 @@ def job(
     if not task.in_step:
         node = node_report(task, [record], expected=1)
         _emit(node, fmt)
-        cli.state.exit_code = exit_code(node["status"], strict)
-        return
+        return exit_code(node["status"], strict)
     folder = _gather_folder(gather, task)
     if folder is None:  # cannot gather: every task says its own part
         node = node_report(task, [record], expected=1)
         _emit(node, fmt)
-        cli.state.exit_code = exit_code(node["status"], strict)
-        return
+        return exit_code(node["status"], strict)
     if not _write_record(folder, task, record):  # this task says its own part
         _emit(node_report(task, [record], expected=1), fmt)
-        cli.state.exit_code = exit_code(record["status"], strict)
-        return
+        return exit_code(record["status"], strict)
     if summary:  # rank 0 alone prints, every node's part and the step's: nothing interleaves in srun's output
         if task.rank != 0:
-            cli.state.exit_code = exit_code(record["status"], strict)
-            return
+            return exit_code(record["status"], strict)
         everyone = _collect(folder, None, task.ntasks or 1, wait, remove=True)
         statuses = []
         for name, count in _step_layout(task, everyone):
@@ -188,15 +183,13 @@ def job(
             statuses.append(node["status"])
         report = job_summary(task, everyone)
         _emit_summary(report, fmt)
-        cli.state.exit_code = exit_code(launch.worst([*statuses, report["status"]]), strict)
-        return
+        return exit_code(launch.worst([*statuses, report["status"]]), strict)
     if task.local_id != 0:
-        cli.state.exit_code = exit_code(record["status"], strict)
-        return
+        return exit_code(record["status"], strict)
     records = _collect(folder, task.node, task.tasks_on_node or 1, wait, remove=True)
     node = node_report(task, records, expected=task.tasks_on_node or 1)
     _emit(node, fmt)
-    cli.state.exit_code = exit_code(node["status"], strict)
+    return exit_code(node["status"], strict)
 
 
 def _step_layout(task: Task, records: list[dict[str, Any]]) -> list[tuple[str, int]]:

@@ -86,7 +86,7 @@ def prolog(
         typer.Option("--dry-run", help="Judge the node and show what would be written; write and log nothing."),
     ] = False,
     trust_fixture_code: TrustOpt = False,
-) -> None:
+) -> int:
     """Judge this node for the job about to start (slurm.conf Prolog=): exit non-zero only when
     it must not run the job.
 
@@ -109,7 +109,7 @@ def prolog(
         dry_run=dry_run,
         trust_fixture_code=trust_fixture_code,
     )
-    cli.state.exit_code = cli.run_prolog(options)
+    return cli.run_prolog(options)
 
 
 def register(app: typer.Typer) -> None:

@@ -196,7 +196,7 @@ def report(
         bool,
         typer.Option("--all", help="Several hosts in a table: every host's checks, not only the problem hosts'."),
     ] = False,
-) -> None:
+) -> int:
     """Merge results of many runs (e.g. one per node under srun) into one fleet report."""
     from clustercheck import formats
     from clustercheck.analyzers.fleet import summarize
@@ -212,7 +212,7 @@ def report(
             formats.render(merged, fmt.value, out, verbose=verbose, by=by, all_hosts=all_hosts)
 
     cli.write_output(render, output)
-    cli.state.exit_code = int(merged.exit_code)
+    return int(merged.exit_code)
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
-from clustercheck import __version__, cli
+from clustercheck import __version__
 from clustercheck.errors import UsageError
 from clustercheck.result import ExitCode, Status, worst
 
@@ -81,7 +81,7 @@ def topology(
         ),
     ] = 1.0,
     fmt: Annotated[TopologyFormat, typer.Option("--format", "-f", help="Output format.")] = TopologyFormat.table,
-) -> None:
+) -> int:
     """Show the switch tree, judge where a job's nodes sit, and check topology.conf against the fabric.
 
     Spanning more leaf switches than the node count needs warns (exit 1); nodes in trees with
@@ -122,8 +122,7 @@ def topology(
                 print()
             else:
                 _render_oversubscription(over)
-            cli.state.exit_code = int(ExitCode.for_status(over.status))
-            return
+            return int(ExitCode.for_status(over.status))
         fabric_topo = topo_mod.fabric_topology(fabric, names, guid_names=compare)
         if generate:
             if not fabric_topo.switches:
@@ -135,8 +134,7 @@ def topology(
                     "Active and sees the subnet manager",
                     file=sys.stderr,
                 )
-                cli.state.exit_code = int(ExitCode.for_status(Status.FAIL))
-                return
+                return int(ExitCode.for_status(Status.FAIL))
             text = topo_mod.render_topology_conf(
                 fabric_topo,
                 [
@@ -151,8 +149,8 @@ def topology(
             for f in fabric_topo.findings:
                 print(f"clustercheck: {f.status.value}: {f}", file=sys.stderr)
             if any(f.status is Status.FAIL for f in fabric.findings):  # e.g. a duplicate GUID left out
-                cli.state.exit_code = int(ExitCode.for_status(Status.FAIL))
-            return
+                return int(ExitCode.for_status(Status.FAIL))
+            return 0
     shown = topo_mod.parse_topology(_read(conf), str(conf), name) if conf is not None else fabric_topo
     assert shown is not None
     findings = list(shown.findings)
@@ -172,7 +170,7 @@ def topology(
         print()
     else:
         _render_table(shown, placement, findings, status, compared=fabric_topo if compare else None)
-    cli.state.exit_code = int(ExitCode.for_status(status))
+    return int(ExitCode.for_status(status))
 
 
 def _expand(expression: str, what: str) -> list[str]:

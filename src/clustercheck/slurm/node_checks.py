@@ -7,22 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from clustercheck import __version__
-from clustercheck.errors import UsageError
 from clustercheck.host import Transport
 from clustercheck.result import CheckResult, Report
+from clustercheck.transports.choose import make_transports
 
 
 def _transports(replay: Path | None, node: str | None) -> list[Transport]:
-    if replay is not None:
-        from clustercheck.transports.fixture import ReplayTransport, find_fixtures
-
-        fixtures = find_fixtures([replay])
-        if len(fixtures) != 1:
-            raise UsageError(f"--replay {replay}: holds {len(fixtures)} fixtures; give the folder of one node")
-        return [ReplayTransport(fixtures[0])]
-    from clustercheck.transports.local import LocalTransport
-
-    return [LocalTransport(node)]
+    """This node (named `node` for Slurm), or the one node --replay holds: transports.choose's."""
+    return make_transports(replay=[replay] if replay is not None else None, node=node, one_node=True)
 
 
 def _run_checks(
