@@ -23,6 +23,7 @@ from typing import Any
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import HostError
+from clustercheck.facts import script_text, shown_with
 from clustercheck.facts.nccl_run import (
     NCCL_TESTS_PACKAGE,
     NcclRunError,
@@ -35,13 +36,10 @@ from clustercheck.facts.nccl_run import (
 # What `nccl.log` sends back of a file, section by section (see the module docstring).
 _SECTIONS = ("rare", "nogdr", "shm", "channels", "counts")
 _COUNTED = ("via NET/", "/GDRDMA", "via P2P/", "via SHM")
-# A folder this user cannot list hides its logs the way an empty one does (the glob stays
-# unexpanded, `ls` says "No such file"): the script names such folders ("@@denied DIR") first.
-_LIST_SCRIPT = (
-    'n=$1; shift; for p in "$@"; do case $p in */*) d=${p%/*};; *) d=.;; esac; '
-    'if [ -d "$d" ] && ! { [ -r "$d" ] && [ -x "$d" ]; }; then echo "@@denied ${d:-/}"; fi; done; '
-    'ls -1td -- $@ 2>/dev/null | head -n "$n"'
-)
+# The listing (facts/scripts/nccl_list_logs.sh): the newest files matching the profile's globs,
+# after "@@denied DIR" lines naming each folder this user cannot list (it hides its logs the way
+# an empty one does: the glob stays unexpanded, `ls` says "No such file").
+_LIST_SCRIPT = script_text("nccl_list_logs.sh").removesuffix("\n")
 DENIED = "@@denied "
 ACCESS = (
     "run the check as a user who can read the job logs (root, as the prolog and health do, or the "
@@ -51,19 +49,10 @@ ACCESS = (
 #: streams (a 200 MB line never sits whole in any process but grep), and awk marks a line it cut
 #: with CUT_MARK so the check can name it. Before, one 200 MB line came back whole in several
 #: sections and the check held 1.5 GB.
-MAX_LINE = 4096
+MAX_LINE = 4096  # nccl_grep_log.sh cuts at it: `cut -b 1-4097 | awk -v n=4096` (a test holds the two together)
 CUT_MARK = "\t@@cut"
-_CAP = (
-    f"cut -b 1-{MAX_LINE + 1} | awk -v n={MAX_LINE} 'length($0) > n {{ print substr($0, 1, n) \"\\t@@cut\"; next }} 1'"
-)
-_GREP_SCRIPT = f"""f=$1; export LC_ALL=C
-echo '@@ rare'; grep -n -a -E -e "$2" -- "$f" | head -n 20000 | {_CAP}
-echo '@@ nogdr'; grep -n -a -F -e 'via NET/' -- "$f" | grep -v -F -e '/GDRDMA' | head -n 2000 | {_CAP}
-echo '@@ shm'; grep -n -a -F -e ' via SHM' -- "$f" | head -n 2000 | {_CAP}
-echo '@@ channels'; grep -n -a -E -e ' via (NET|P2P|SHM)/' -- "$f" | head -n 2000 | {_CAP}
-echo '@@ counts'
-for p in 'via NET/' '/GDRDMA' 'via P2P/' 'via SHM'; do printf '%s\\t' "$p"; grep -c -a -F -e "$p" -- "$f"; done
-exit 0"""
+#: One file's NCCL lines, by sections (facts/scripts/nccl_grep_log.sh): `sh -c _GREP_SCRIPT sh FILE PATTERN`.
+_GREP_SCRIPT = script_text("nccl_grep_log.sh").removesuffix("\n")
 
 
 def parse_sections(text: str) -> dict[str, list[str]]:
@@ -174,7 +163,8 @@ def log(
     """
     if expect not in ("", "ib", "roce", "ofi", "socket"):
         raise ValueError(f"expect must be one of ib, roce, ofi, socket (or empty), got {expect!r}")
-    listing = host.run("sh", "-c", _LIST_SCRIPT, "sh", str(max(1, max_files)), *paths)
+    argv = ("sh", "-c", _LIST_SCRIPT, "sh", str(max(1, max_files)), *paths)
+    listing = host.run(*argv, shown_as=shown_with(argv, _LIST_SCRIPT, "'<nccl log listing script>'"))
     if listing.exit_code == 127 or listing.timed_out:
         raise RuntimeError(f"could not list job logs: {listing.describe()}")
     lines = [line for line in listing.stdout.splitlines() if line.strip()]
@@ -192,7 +182,8 @@ def log(
     silent: list[str] = []
     cuts: dict[str, list[int]] = {}
     for path in files:
-        result = host.run("sh", "-c", _GREP_SCRIPT, "sh", path, GREP_PATTERN)
+        argv = ("sh", "-c", _GREP_SCRIPT, "sh", path, GREP_PATTERN)
+        result = host.run(*argv, shown_as=shown_with(argv, _GREP_SCRIPT, "'<nccl log grep script>'"))
         if result.exit_code == 127:
             raise HostError(host.name, f"cannot tell: grep, cut or awk is not installed on the node: {_short(result)}")
         if result.timed_out:

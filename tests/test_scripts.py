@@ -56,13 +56,46 @@ SENT = {
         219,
         "a91e714392e7d4993788142e9ed91f63db767bed63026662ba0fea7f13e31ad9",
     ),
+    # a part of HOST_SCRIPT and of the image's PROBE_SCRIPT (their @LIBRARY_SCAN@)
+    "clustercheck.facts.infiniband:LIBRARY_SCAN": (
+        "rdma_library_scan.sh",
+        400,
+        "f069534de9179b16695a4df07c9ddc6683f706b726ee64811cc7d92ffb467a55",
+    ),
+    "clustercheck.facts.infiniband:HOST_SCRIPT": (
+        "rdma_host_gather.sh",
+        745,
+        "b5ffdaf5aba0751b94642a561d6f53151cde1109a26ed26a2aca81a8c8a383df",
+    ),
+    "clustercheck.checks.rdma.counters:gather_script(0)": (
+        "rdma_counters.sh",
+        231,
+        "63e08176377f4ab13b94fd170d8b0b68e824f59e7c923ec956244d3d8042cb8a",
+    ),
+    "clustercheck.checks.rdma.counters:gather_script(5)": (
+        "rdma_counters_window.sh",
+        354,
+        "b83e6dc0448b6866e4008509318a38b04f4dd4b2060e8f931ca1857dc41139a1",
+    ),
+    "clustercheck.checks.nccl:_LIST_SCRIPT": (
+        "nccl_list_logs.sh",
+        207,
+        "c690f34a4d149c3497a942969dd2bab17e7f5d87d657bc85491e83af1ce2538c",
+    ),
+    "clustercheck.checks.nccl:_GREP_SCRIPT": (
+        "nccl_grep_log.sh",
+        836,
+        "8ee9a9fbc845d6021758ee3f79c0da5fbb862c546a73397383695ce73a3ff3d2",
+    ),
 }
 
 
 def sent(where: str) -> str:
-    """The text a `module:NAME` of SENT sends to the node."""
+    """The text a `module:NAME` (or `module:FUNCTION(NUMBER)`) of SENT sends to the node."""
     module, _, name = where.partition(":")
-    text = getattr(importlib.import_module(module), name)
+    called = re.fullmatch(r"(\w+)\(([\d.]+)\)", name)
+    found = getattr(importlib.import_module(module), called.group(1) if called else name)
+    text = found(float(called.group(2))) if called else found
     assert isinstance(text, str)
     return text
 
@@ -91,6 +124,50 @@ def test_every_shell_script_is_posix_sh_as_shipped(file: str) -> None:
 def test_a_shell_script_is_posix_sh_as_sent(where: str) -> None:
     assert posix_sh_problems(sent(where)) == []
     assert not re.search(r"@[A-Z][A-Z0-9_]*@", sent(where))  # every placeholder filled
+
+
+#: The scripts sent whole as `sh -c SCRIPT ...` whose fixtures' recordings hold them verbatim
+#: (argv[2], the key a replay looks a command up by): they were Python strings, and the files
+#: are those bytes, so the recordings replay unedited. `where` -> fixtures holding it.
+RECORDED = {
+    "clustercheck.facts.infiniband:HOST_SCRIPT": 18,
+    "clustercheck.checks.rdma.counters:gather_script(0)": 2,
+    "clustercheck.checks.rdma.counters:gather_script(5)": 4,
+    "clustercheck.checks.nccl:_LIST_SCRIPT": 6,
+    "clustercheck.checks.nccl:_GREP_SCRIPT": 6,
+}
+
+
+def _recorded_argv() -> list[list[str]]:
+    every = []
+    for path in sorted((REPO / "fixtures").rglob("command.yaml")):
+        argv = yaml.safe_load(path.read_text()).get("argv")
+        if isinstance(argv, list) and argv[:2] == ["sh", "-c"] and len(argv) > 2:
+            every.append(argv)
+    return every
+
+
+def test_the_fixtures_record_the_scripts_as_sent() -> None:
+    recorded = _recorded_argv()
+    held = {where: sum(argv[2] == sent(where) for argv in recorded) for where in RECORDED}
+    assert held == RECORDED
+
+
+def test_a_window_of_counters_fills_in_only_a_number() -> None:
+    """rdma.counters' window is the one thing filled into its script: the digits of a number."""
+    from clustercheck.checks.rdma.counters import gather_script
+
+    assert "\nsleep 2.5\n" in gather_script(2.5) and "sleep" not in gather_script(0)
+    for bad in (float("nan"), float("inf"), 1e9, True, "5; reboot", "$(reboot)"):
+        with pytest.raises(ValueError, match="sample_s"):
+            gather_script(bad)  # type: ignore[arg-type]
+
+
+def test_the_nccl_grep_script_cuts_lines_where_the_check_says() -> None:
+    from clustercheck.checks.nccl import _GREP_SCRIPT, CUT_MARK, MAX_LINE
+
+    assert _GREP_SCRIPT.count(f"| cut -b 1-{MAX_LINE + 1} | awk -v n={MAX_LINE} ") == 4
+    assert _GREP_SCRIPT.count('"\\t@@cut"') == 4 and CUT_MARK == "\t@@cut"
 
 
 def test_the_loader_fills_placeholders_once_and_refuses_a_mismatch() -> None:

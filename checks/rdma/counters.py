@@ -16,6 +16,7 @@ names (syslog) for networkd's carrier lines. The parsers are clustercheck.facts.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -23,7 +24,7 @@ from typing import Any, NamedTuple
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import CommandTimeout, HostError, NotRecorded
-from clustercheck.facts import shown_with
+from clustercheck.facts import script_text, shown_with
 from clustercheck.facts.infiniband import (
     Delta,
     Flaps,
@@ -76,20 +77,25 @@ FLAPS = "link_downed"  # judged against max_flaps, with the kernel log's link li
 _THRESHOLD_RE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9_]{0,79})\s*=\s*(\d{1,12})\s*$")
 
 PORTS_GLOB = "/sys/class/infiniband/*/ports/*"
-READ = f"grep -H . {PORTS_GLOB}/counters/* {PORTS_GLOB}/hw_counters/*"
+READ = f"grep -H . {PORTS_GLOB}/counters/* {PORTS_GLOB}/hw_counters/*"  # a line of both scripts
+# The gather, as real files in facts/scripts/: one reading, or (sample_s > 0) two with a sleep
+# between. Only the window's length varies, a number filled in as Python writes it.
+_ONCE = script_text("rdma_counters.sh").removesuffix("\n")
+_NUMBER_RE = re.compile(r"\d{1,6}(?:\.\d{1,12})?(?:e-\d{1,3})?")
 
 
 def gather_script(sample_s: float) -> str:
-    """The one command: port attributes, the counters, and (with a window) the counters again."""
-    lines = [
-        "echo '## ports'",
-        f"grep -H . {PORTS_GLOB}/link_layer {PORTS_GLOB}/state",
-        "echo '## counters'",
-        READ,
-    ]
-    if sample_s > 0:
-        lines += [f"sleep {sample_s:g}", "echo '## after'", READ]
-    return "\n".join([*lines, "exit 0"])
+    """The one command: port attributes, the counters, and (with a window) the counters again.
+
+    `sample_s` goes into the script only as the digits of a number (ValueError otherwise)."""
+    if isinstance(sample_s, bool) or not isinstance(sample_s, (int, float)) or not math.isfinite(sample_s):
+        raise ValueError(f"sample_s: {sample_s!r} is not a number of seconds")
+    if not sample_s > 0:
+        return _ONCE
+    seconds = f"{sample_s:g}"
+    if not _NUMBER_RE.fullmatch(seconds):
+        raise ValueError(f"sample_s: {sample_s!r} is not a number of seconds from 0 (off) to 300")
+    return script_text("rdma_counters_window.sh", SAMPLE_S=seconds).removesuffix("\n")
 
 
 def parse_thresholds(entries: tuple[str, ...] | list[str]) -> dict[str, Rule]:
@@ -114,7 +120,7 @@ def _validate(params: Mapping[str, Any], profiles: tuple[str, ...]) -> list[str]
     except ValueError as exc:
         problems.append(str(exc))
     sample = params.get("sample_s", 0.0)
-    if not isinstance(sample, (int, float)) or sample < 0 or sample > 300:
+    if isinstance(sample, bool) or not isinstance(sample, (int, float)) or not 0 <= sample <= 300:  # NaN too
         problems.append(f"sample_s: {sample!r} is not a number of seconds from 0 (off) to 300")
     flaps = params.get("max_flaps", 0)
     if not isinstance(flaps, int) or isinstance(flaps, bool) or flaps < 0:

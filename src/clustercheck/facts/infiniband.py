@@ -1,9 +1,9 @@
 """InfiniBand/RoCE on the node: HCAs and their ports, uverbs devices, /dev/infiniband, verbs libraries.
 
-Gathering: one read-only shell command per node (`HOST_SCRIPT`: `grep -H .` over
-/sys/class/infiniband/*/ports/*/{state,phys_state,rate,link_layer}, fw_ver and
+Gathering: one read-only shell command per node (`HOST_SCRIPT`, facts/scripts/rdma_host_gather.sh:
+`grep -H .` over /sys/class/infiniband/*/ports/*/{state,phys_state,rate,link_layer}, fw_ver and
 /sys/class/infiniband_verbs/uverbs*/ibdev; `stat` of /dev/infiniband/*; a listing of
-libibverbs.so.1 and the verbs providers); only when sysfs shows no HCA, `ibstat`, then
+libibverbs.so.1 and the verbs providers, rdma_library_scan.sh); only when sysfs shows no HCA, `ibstat`, then
 `ibv_devinfo`. The pure parsers below read each part (domain-facts §F).
 """
 
@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from clustercheck import Host, fact
 from clustercheck.errors import CommandTimeout, HostError
-from clustercheck.facts import shown_with
+from clustercheck.facts import script_text, shown_with
 
 # -- model --------------------------------------------------------------------------------
 # NamedTuples, not dataclasses: eight dataclasses cost tens of ms of import (exec of generated
@@ -320,32 +320,11 @@ def verbs_libraries(paths: Iterable[str]) -> tuple[list[str], dict[str, str]]:
 
 # -- gathering -------------------------------------------------------------------------------
 
-# Where libibverbs.so.1 lives on RHEL (lib64), Debian/Ubuntu (multiarch) and in images, plus
-# LD_LIBRARY_PATH and the folders /etc/ld.so.conf.d/*.conf adds to the loader's search (a site
-# build under a prefix; read with sh builtins only, as an image may lack cat and grep);
-# providers sit in <libdir>/libibverbs/lib<name>-rdmav<ABI>.so (rdma-core).
-LIBRARY_SCAN = (
-    "for d in /usr/lib64 /lib64 /usr/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu "
-    "/usr/lib/powerpc64le-linux-gnu $(echo \"${LD_LIBRARY_PATH:-}\" | tr ':' ' ') "
-    '$(for c in /etc/ld.so.conf.d/*.conf; do [ -r "$c" ] && while read -r l _; do '
-    'case "$l" in /*) echo "$l";; esac; done < "$c"; done); do '
-    'for f in "$d"/libibverbs.so.1 "$d"/libibverbs/lib*-rdmav*.so; do [ -e "$f" ] && echo "$f"; done; '
-    "done"
-)
-
-HOST_SCRIPT = "\n".join(
-    [
-        "echo '## sysfs'",
-        "grep -H . /sys/class/infiniband/*/ports/*/state /sys/class/infiniband/*/ports/*/phys_state"
-        " /sys/class/infiniband/*/ports/*/rate /sys/class/infiniband/*/ports/*/link_layer"
-        " /sys/class/infiniband/*/fw_ver /sys/class/infiniband_verbs/uverbs*/ibdev",
-        "echo '## devices'",
-        "stat -c '%n %a %U %G' /dev/infiniband/*",
-        "echo '## libraries'",
-        LIBRARY_SCAN,
-        "exit 0",
-    ]
-)
+# The scripts are facts/scripts/rdma_library_scan.sh (where libibverbs.so.1 and the verbs
+# providers are: a part of this gather and of facts/image.py's probe inside a job's image) and
+# rdma_host_gather.sh: real files, linted (tests/test_scripts.py), sent as these texts.
+LIBRARY_SCAN = script_text("rdma_library_scan.sh").removesuffix("\n")
+HOST_SCRIPT = script_text("rdma_host_gather.sh", LIBRARY_SCAN=LIBRARY_SCAN).removesuffix("\n")
 
 
 @fact
