@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from clustercheck.profile import Profile
 from clustercheck.errors import UsageError
 from clustercheck.formats import Format
-from clustercheck.transports.choose import make_transports
+from clustercheck.transports import make_transports
 
 app = typer.Typer(
     name="clustercheck",

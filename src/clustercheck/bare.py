@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from clustercheck import __version__, cli, options
 from clustercheck.errors import UsageError
-from clustercheck.transports.choose import make_transports
+from clustercheck.transports import make_transports
 
 COMMANDS = ("run", "prolog", "health", "checks", "nccl-log")
 

@@ -30,7 +30,7 @@ from clustercheck.errors import ClusterCheckError, HostError, UsageError
 from clustercheck.result import ExitCode, HostReport, Report
 
 # TEMPORARY (issue 14): commands/sweep.py still calls cli.make_transports; the builder is there
-from clustercheck.transports.choose import make_transports as make_transports
+from clustercheck.transports import make_transports as make_transports
 
 if TYPE_CHECKING:
     from clustercheck.slurm import PrologOptions

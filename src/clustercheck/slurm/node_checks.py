@@ -9,11 +9,11 @@ from typing import Any
 from clustercheck import __version__
 from clustercheck.host import Transport
 from clustercheck.result import CheckResult, Report
-from clustercheck.transports.choose import make_transports
+from clustercheck.transports import make_transports
 
 
 def _transports(replay: Path | None, node: str | None) -> list[Transport]:
-    """This node (named `node` for Slurm), or the one node --replay holds: transports.choose's."""
+    """This node (named `node` for Slurm), or the one node --replay holds (transports.make_transports)."""
     return make_transports(replay=[replay] if replay is not None else None, node=node, one_node=True)
 
 
