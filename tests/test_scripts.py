@@ -51,6 +51,11 @@ SENT = {
         267,
         "8e9e277c6dda31c715ec488e285e5cd214a9977dd5777066e7368b77cb618cf8",
     ),
+    "clustercheck.sweep:RDMA_PAIR_SCRIPT": (
+        "rdma_pair.sh",
+        1222,
+        "2065b254453961001d7383673081a2a072d279e1aadc8cdc50f82bf473ea3eb2",
+    ),
     "clustercheck.facts.image:IMAGE_FILE_SCRIPT": (
         "image_file.sh",
         219,

@@ -77,8 +77,9 @@ def bandwidth(
     gid_index: int = -1,
     binary: str = "ib_write_bw",
     run_timeout: float = 60.0,
+    loopback: bool = True,
 ) -> Result:
-    """Every HCA port reaches `min_fraction` of its rate in an ib_write_bw loopback (perftest).
+    """Every HCA port reaches `min_fraction` of its rate in ib_write_bw (perftest): loopback, and between nodes.
 
     Why: a port that links but underperforms (a marginal cable or transceiver, a port trained at a
     lower width or speed, a NIC in a slow PCIe slot) passes every state check and slows every job;
@@ -98,7 +99,21 @@ def bandwidth(
     takes a few seconds; each has `run_timeout` (60 s), all together the check's `timeout` (600 s);
     past either, the server, the client and the script are killed. Refused in prolog profiles.
     perftest missing, a run that prints no table (a connection or device error), a cut table and
-    an unknown rate are errors, never a pass.
+    an unknown rate are errors, never a pass. With `loopback: false` the node's own run only
+    judges each port's state and rate (no ib_write_bw) and leaves the bandwidth to the pair form.
+
+    Between two nodes (`clustercheck sweep --pairs`, on pairs of the nodes that passed their own
+    run, chosen from Slurm's topology: a ring within each leaf switch, one pair across each leaf
+    boundary): one `srun -w A,B -N2 --exclusive` per pair runs, for each HCA (`devices`, else those
+    this check judged on A), the `ib_write_bw -d HCA -p PORT --report_gbits -s SIZE -n ITERATIONS`
+    server on A and the same client on B to A's NodeAddr, matched by HCA name and port number (rail
+    to rail: mlx5_0 port 1 with mlx5_0 port 1), from host memory and, for the `cuda` pairs, from
+    GPU memory at both ends. Run k listens on perftest's TCP port 18515+k. Each end of each run has
+    `run_timeout` (a server whose client never connects is stopped there, and the pair's other runs
+    are not started), the pair's whole run the check's `timeout` (600 s). Each end is judged
+    against its own port's rate (or `expected_rate`) with the same threshold, naming the port and
+    both nodes; the node slow in every pair it is in is measured once more and drained
+    (CHECK_CABLE); the report's `rdma.pairs` names each pair's ports and lowest figure.
 
     Fix: a port below its rate from host memory: reseat or replace its cable or transceiver
     (CHECK_CABLE; `mlxlink -d HCA` shows the link's errors and width), check the NIC's PCIe link.
@@ -138,6 +153,10 @@ def bandwidth(
         if expected_rate > 0 and rate is not None and rate < expected_rate:
             fails.append((f"{label} links at {rate:g} Gb/s, below the expected {expected_rate:g} Gb/s", "CHECK_CABLE"))
             continue
+        if not loopback:  # the sweep's pair form measures it
+            if not state:
+                errors.append(f"{label}: sysfs shows no state for it on {host.name}")
+            continue
         for gpu in [None, *gpus.get(hca, [])]:
             options = list(bw_argv(binary, hca, size=size, iterations=iterations, gid_index=gid_index, cuda=gpu)[3:])
             where = label + ("" if gpu is None else f" from GPU {gpu}")
@@ -174,6 +193,14 @@ def bandwidth(
             "run the command on the node by hand (the server: `ib_write_bw -d HCA --report_gbits`, then the client "
             "with `localhost`); a run without a result table is not a pass",
             data,
+        )
+    if not loopback:
+        rates = ", ".join(f"{h} {e['sysfs_rate_gbps']:g} Gb/s" if e["sysfs_rate_gbps"] else f"{h} rate ?"
+                          for h, e in data["ports"].items())  # fmt: skip
+        return ok(
+            f"{len(ports)} port(s) ACTIVE ({rates}); no loopback (loopback: false): the bandwidth is measured "
+            "between nodes (clustercheck sweep --pairs)",
+            data={**data, "loopback": False},
         )
     lows = [r for e in data["ports"].values() for r in e["runs"]]
     worst = min(lows, key=lambda r: r["fraction"] or 0.0)

@@ -14,11 +14,15 @@ signals) is in clustercheck.commands.sweep; this module says, from what those pr
   before a drain, and the second measurement decides: one slow run is not a bad node;
 - what to do once the node is judged (`retest_decision`), through slurm.decide, the same rules
   as `clustercheck health`, with the failed check's action in the drain reason;
-- for `--pairs` (nccl.pairs): which pairs of the nodes that passed to measure together
+- for `--pairs` (nccl.pairs; rdma.bandwidth between two nodes, rdma.pairs): which pairs of the
+  nodes that passed to measure together
   (`leaf_groups`, `choose_pairs`, `schedule`), how (`pair_srun_argv`, inside the site's image),
   each pair's verdict (`judge_pair`: nccl.loopback's judge, clustercheck.facts.nccl_run), the
   straggler (`stragglers`: slow in every pair it is in, proven by a partner fast elsewhere) and
-  each node's `nccl.pairs` result (`pair_results`).
+  each node's `nccl.pairs` result (`pair_results`); and for rdma.bandwidth's pair form what
+  each pair runs (`rdma_pair_argv`: ib_write_bw's server on one node, its client on the other,
+  per HCA port, facts/scripts/rdma_pair.sh), its verdict (`judge_rdma_pair`: each end against
+  its port's rate, facts.perftest.judge_bw), its straggler and each node's `rdma.pairs` result.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
+from clustercheck.facts import script_text
 from clustercheck.result import CheckResult, Status
 from clustercheck.slurm import Decision, NodeState, recorded_drain
 
@@ -459,17 +464,22 @@ def stragglers(runs: Sequence[PairRun], min_busbw: float) -> list[str]:
     partner that is fast in another pair: a slow pair whose two nodes are slow everywhere names
     neither (one node of the two, or the fabric between them: not told apart), and every pair slow
     names none (the threshold or the fabric, not one node)."""
-    measured = [r for r in runs if r.busbw is not None]
-    pairs_of: dict[str, list[PairRun]] = {}
-    for r in measured:
-        for node in r.pair.nodes:
-            pairs_of.setdefault(node, []).append(r)
-    fast = {n for n, rs in pairs_of.items() if any(not r.slow(min_busbw) for r in rs)}
+    return slow_everywhere([(r.pair, r.slow(min_busbw)) for r in runs if r.busbw is not None])
+
+
+def slow_everywhere(measured: Sequence[tuple[Pair, bool]]) -> list[str]:
+    """The straggler rule on measured pairs, (pair, slow): the nodes slow in every pair they are in
+    with a partner fast in another pair (nccl.pairs' bus bandwidth, rdma.pairs' ports alike)."""
+    pairs_of: dict[str, list[tuple[Pair, bool]]] = {}
+    for pair, slow in measured:
+        for node in pair.nodes:
+            pairs_of.setdefault(node, []).append((pair, slow))
+    fast = {n for n, rs in pairs_of.items() if any(not slow for _, slow in rs)}
     named = []
     for node, rs in pairs_of.items():
         if node in fast:
             continue
-        partners = {p for r in rs for p in r.pair.nodes if p != node}
+        partners = {p for pair, _ in rs for p in pair.nodes if p != node}
         if partners & fast:
             named.append(node)
     return named
@@ -555,3 +565,330 @@ def _pair_line(run: PairRun, node: str) -> str:
         return f"with {other} ({where}): {run.transport + ', ' if run.transport else ''}{run.status.value}"
     gdr = {True: "GDR", False: "no GDR"}.get(run.gdr, "GDR ?") if run.gdr is not None else "GDR ?"
     return f"with {other} ({where}): {run.transport or '?'}, {gdr}, {run.busbw:g} GB/s"
+
+
+# -- rdma.bandwidth between two nodes (rdma.pairs) ------------------------------------------------
+
+#: The check whose parameters the pair form takes (HCAs, port, threshold, GPU memory, sizes, budget).
+RDMA_CHECK = "rdma.bandwidth"
+#: The id of the pair form's results in the merged report (one per node, naming its pairs' ports).
+RDMA_PAIRS_CHECK = "rdma.pairs"
+#: perftest's out-of-band TCP port (`-p`, its default): run k of a pair listens on OOB_PORT + k.
+OOB_PORT = 18515
+#: The pair script (facts/scripts/rdma_pair.sh), as sent.
+RDMA_PAIR_SCRIPT = script_text("rdma_pair.sh")
+
+
+class RdmaSpec(NamedTuple):
+    """rdma.bandwidth's parameters as the profile sets them (the check's defaults otherwise)."""
+
+    devices: tuple[str, ...] = ()
+    port: int = 1
+    min_fraction: float = 0.9
+    expected_rate: float = 0.0
+    cuda: tuple[str, ...] = ()
+    size: int = 8388608
+    iterations: int = 5000
+    gid_index: int = -1
+    binary: str = "ib_write_bw"
+    run_timeout: float = 60.0
+    budget: float = 600.0  # the check's timeout: one pair's whole run, every port and memory
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], timeout: float) -> RdmaSpec:
+        fields = {k: params[k] for k in cls._fields if k in params}
+        return cls(**{**fields, "devices": tuple(fields.get("devices", ())), "cuda": tuple(fields.get("cuda", ()))},
+                   budget=float(timeout))  # fmt: skip
+
+
+def rdma_runs(spec: RdmaSpec, hcas: Sequence[str]) -> list[str]:
+    """`HCA:host` for each HCA, then `HCA:GPU` for each HCA the profile pairs with a GPU (`cuda`)."""
+    runs = []
+    for hca in hcas:
+        runs.append(f"{hca}:host")
+        runs += [f"{hca}:{gpu}" for h, _, gpu in (c.partition(":") for c in spec.cuda) if h == hca]
+    return runs
+
+
+def rdma_pair_argv(spec: RdmaSpec, pair: Pair, server_addr: str, runs: Sequence[str]) -> list[str]:
+    """What each node of the pair runs (srun starts it on both): the pair script, the server on
+    `pair.a` and the client on `pair.b` to `server_addr` (the server's NodeAddr), one run after
+    the other, each end of each run bounded by the check's `run_timeout`."""
+    from clustercheck.facts.perftest import bw_argv
+
+    options = bw_argv(spec.binary, "-", size=spec.size, iterations=spec.iterations, gid_index=spec.gid_index)[3:]
+    seconds = str(max(1, math.ceil(spec.run_timeout)))
+    head = [pair.a, server_addr, spec.binary, str(spec.port), seconds, str(OOB_PORT), " ".join(runs)]
+    return ["sh", "-c", RDMA_PAIR_SCRIPT, "sh", *head, *options]
+
+
+class RdmaPairRun(NamedTuple):
+    """One pair's ib_write_bw runs, judged: one entry per run (HCA and memory) in `ports`."""
+
+    pair: Pair
+    status: Status
+    summary: str
+    ports: tuple[Mapping[str, Any], ...] = ()
+    slow: bool = False  # failed, and only for runs measured below the threshold
+    action: str = ""
+    remedy: str = ""
+    evidence: tuple[str, ...] = ()
+    passes: int = 1
+    first: Mapping[str, Any] | None = None
+    command: str = ""
+    seconds: float = 0.0
+    round: int = 0
+
+    @property
+    def measured(self) -> bool:
+        """Every run measured (a pass, or below the threshold): the straggler rule may use it."""
+        return self.status is Status.OK or (self.status is Status.FAIL and self.slow)
+
+    @property
+    def lowest(self) -> Mapping[str, Any] | None:
+        ends = [end for p in self.ports for end in (p.get("server"), p.get("client")) if end and end.get("fraction")]
+        return min(ends, key=lambda e: e["fraction"], default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "nodes": list(self.pair.nodes),
+            "leaf": self.pair.leaf,
+            "across": self.pair.across,
+            "status": self.status.value,
+            "summary": self.summary,
+            "ports": [dict(p) for p in self.ports],
+            "passes": self.passes,
+        }
+        if self.action:
+            out["action"] = self.action
+        if self.first is not None:
+            out["first_pass"] = dict(self.first)
+        if self.command:
+            out["command"] = self.command
+        out["srun_s"], out["round"] = round(self.seconds, 3), self.round
+        return out
+
+
+def judge_rdma_pair(
+    pair: Pair, stdout: str, stderr: str, spec: RdmaSpec, runs: Sequence[str], *, server_addr: str, command: str = ""
+) -> RdmaPairRun:
+    """The pair's srun output -> its verdict: each end of each run against its own port's rate (or
+    the profile's expected_rate) by facts.perftest.judge_bw; a port not ACTIVE fails; a missing
+    tool, an HCA absent at one end, a run cut or timed out, a table that cannot be read are errors."""
+    from clustercheck.facts.perftest import PACKAGE, read_pair_sides
+
+    sides = read_pair_sides(stdout)
+    said = " ".join(stderr.split())[-300:]
+    for node in pair.nodes:
+        side = sides.get(node)
+        if side is not None and side.missing:
+            return RdmaPairRun(
+                pair, Status.ERROR, f"{side.missing} is not installed on {node} ({pair.name}: not found)",
+                remedy=f"install the {PACKAGE} package (it holds ib_write_bw) on every node, or set rdma.bandwidth's "
+                "`binary` to its path", command=command,
+            )  # fmt: skip
+    if not sides:
+        why = f"the pair script printed nothing on {pair.a} or {pair.b}" + (f": {said}" if said else "")
+        return RdmaPairRun(pair, Status.ERROR, why, command=command)
+    ports: list[dict[str, Any]] = []
+    fails: list[tuple[str, str, bool]] = []  # (message, action, measured below the threshold)
+    errors: list[str] = []
+    for number, run in enumerate(runs):
+        hca, _, memory = run.partition(":")
+        where = f"{hca} port {spec.port}" + ("" if memory == "host" else f" from GPU {memory}")
+        between = f"{where} between {pair.a} (server) and {pair.b} (client)"
+        server, client = (_judge_end(role, node, sides.get(node), run, spec) for role, node in
+                          (("server", pair.a), ("client", pair.b)))  # fmt: skip
+        entry = {"hca": hca, "port": spec.port, "memory": "host" if memory == "host" else f"gpu {memory}"}
+        entry.update(server=server, client=client)
+        ports.append(entry)
+        ends = (server, client)
+        timed = [f"the {e['role']} on {e['node']}" for e in ends if e.get("timed_out")]
+        if client.get("no_server") and not any(e.get("action") for e in ends):
+            errors.append(
+                f"{between}: the client found no server at {server_addr}:{OOB_PORT + number} within "
+                f"{spec.run_timeout:g} s (the server did not start, or that address is not reachable from {pair.b})"
+            )
+        elif timed and not any(e.get("action") for e in ends):
+            never = " (a server whose client never connected)" if server.get("timed_out") else ""
+            errors.append(
+                f"{between}: {' and '.join(timed)} did not finish within {spec.run_timeout:g} s and "
+                f"{'were' if len(timed) > 1 else 'was'} stopped{never}"
+            )
+        else:
+            fails += [
+                (f"{between}: {e['node']}: {e['message']}", e["action"], e["measured"]) for e in ends if e.get("action")
+            ]
+            errors += [
+                f"{where}: the {e['role']} on {e['node']}: {e['message']}" for e in ends if e["status"] == "error"
+            ]
+        failed, judged = any(e.get("action") for e in ends), all(e["status"] == "ok" for e in ends)
+        entry["status"] = "fail" if failed else "ok" if judged else "error"
+    evidence = tuple(
+        f"{p['hca']} ({p['memory']}) {p[role]['role']} {p[role]['node']}: {p[role]['status']}: {p[role]['message']}"
+        for p in ports
+        for role in ("server", "client")
+    )
+    if fails:
+        action = next(a for a in ("CHECK_CABLE", "INVESTIGATE", "FIX_CONFIG") if any(a == f[1] for f in fails))
+        also = f" (and {len(errors)} run(s) that could not be judged)" if errors else ""
+        remedy = {
+            "CHECK_CABLE": "reseat or replace the cable/transceiver of the port named (`mlxlink -d HCA` shows link "
+            "errors and width) on the node named, and check the NIC's PCIe link; the straggler (slow in every pair) "
+            "is the node to look at",
+            "INVESTIGATE": "check that a subnet manager runs for the port's fabric (`sminfo`) and that the switch port "
+            "is enabled",
+            "FIX_CONFIG": "pair the HCA with a GPU under the same PCIe switch (`nvidia-smi topo -m`) and check that "
+            "GPUDirect RDMA works (nvidia_peermem or DMA-BUF)",
+        }[action]
+        return RdmaPairRun(
+            pair, Status.FAIL, "; ".join(f[0] for f in fails) + also, tuple(ports),
+            slow=all(f[2] for f in fails) and not errors, action=action, remedy=remedy, evidence=evidence,
+            command=command,
+        )  # fmt: skip
+    if errors:
+        return RdmaPairRun(
+            pair, Status.ERROR, "not proven: " + "; ".join(errors), tuple(ports), evidence=evidence, command=command,
+            remedy=f"run the pair by hand: `{spec.binary} -d HCA --report_gbits` on {pair.a}, then the same with "
+            f"{server_addr} on {pair.b}; a run without a result table is not a pass",
+        )  # fmt: skip
+    result = RdmaPairRun(pair, Status.OK, "", tuple(ports), evidence=evidence, command=command)
+    low = result.lowest
+    summary = f"{len(ports)} run(s) of {len({p['hca'] for p in ports})} port(s)"
+    if low is not None:
+        summary += f", lowest {low['gbps']:g} Gb/s = {low['fraction']:.1%} of {low['node']}'s {low['rate_gbps']:g} Gb/s"
+    return result._replace(summary=summary + f" (at least {spec.min_fraction:.0%})")
+
+
+def _judge_end(role: str, node: str, side: Any, run: str, spec: RdmaSpec) -> dict[str, Any]:
+    """One end of one run -> its entry: node, role, status, message, and for a failure its action
+    and whether it is a measurement below the threshold (`measured`)."""
+    from clustercheck.facts.infiniband import parse_rate, parse_state
+    from clustercheck.facts.perftest import PerftestParseError, judge_bw, parse_bw
+
+    hca, _, memory = run.partition(":")
+    entry: dict[str, Any] = {"node": node, "role": role}
+
+    def said(status: str, message: str, action: str = "", measured: bool = False, **more: Any) -> dict[str, Any]:
+        entry.update(status=status, message=message, **more)
+        if action:
+            entry.update(action=action, measured=measured)
+        return entry
+
+    got = side.runs.get(run) if side is not None else None
+    if got is None:
+        return said("error", "did not run (no output for it: the pair's run was stopped?)")
+    if got.skipped:
+        return said("error", "not run: an earlier run of the pair timed out")
+    state = parse_state(got.state) if got.state else ""
+    entry.update(state=state or None, sysfs_rate=got.rate or None)
+    if not state:
+        return said("error", f"{hca} has no port {spec.port} (sysfs shows no state): not the same HCAs at both ends?")
+    if state != "ACTIVE":
+        if state == "DOWN":
+            return said("fail", f"{hca} port {spec.port} is DOWN: no bandwidth can be measured", "CHECK_CABLE")
+        return said(
+            "fail", f"{hca} port {spec.port} is {state}, not ACTIVE (no subnet manager answers?)", "INVESTIGATE"
+        )
+    rate = parse_rate(got.rate) if got.rate else None
+    target = spec.expected_rate if spec.expected_rate > 0 else rate
+    if spec.expected_rate > 0 and rate is not None and rate < spec.expected_rate:
+        why = f"{hca} port {spec.port} links at {rate:g} Gb/s, below the expected {spec.expected_rate:g} Gb/s"
+        return said("fail", why, "CHECK_CABLE")
+    if got.no_server:
+        return said("error", "found no server to connect to", no_server=True)
+    if got.rc is None:
+        return said("error", "its output was cut (no end line: the pair's run was stopped)")
+    if got.rc >= 124:
+        return said("error", f"did not finish within {spec.run_timeout:g} s: stopped", timed_out=True)
+    try:
+        table = parse_bw(got.output)
+    except PerftestParseError as exc:
+        return said("error", f"exited {got.rc}: {exc}")
+    if target is None:
+        return said("error", f"the rate of {hca} is unknown (sysfs shows none): set rdma.bandwidth's expected_rate")
+    verdict = judge_bw(table, target, min_fraction=spec.min_fraction)
+    figures = {k: v for k, v in verdict.to_json().items() if k in ("gbps", "rate_gbps", "fraction", "bytes")}
+    if verdict.status == "ok" and got.rc != 0:
+        return said("error", f"exited {got.rc} although its table passed", **figures)
+    if verdict.status == "fail":
+        return said("fail", verdict.message, "CHECK_CABLE" if memory == "host" else "FIX_CONFIG", True, **figures)
+    return said(verdict.status, verdict.message, **figures)
+
+
+def rdma_stragglers(runs: Sequence[RdmaPairRun]) -> list[str]:
+    """The nodes whose ports are slow in every pair they are in, proven by a partner fast in
+    another pair (the rule of `stragglers`, on pairs whose every run was measured)."""
+    return slow_everywhere([(r.pair, r.status is Status.FAIL) for r in runs if r.measured])
+
+
+def merge_rdma_passes(first: Sequence[RdmaPairRun], second: Sequence[RdmaPairRun]) -> list[RdmaPairRun]:
+    """The first pass's runs, each pair measured again replaced by its second run (which decides)."""
+    again = {r.pair: r for r in second}
+    out = []
+    for r in first:
+        later = again.get(r.pair)
+        if later is None:
+            out.append(r)
+        else:
+            out.append(later._replace(passes=r.passes + 1, first={"status": r.status.value, "summary": r.summary}))
+    return out
+
+
+def rdma_pair_results(
+    nodes: Sequence[str], runs: Sequence[RdmaPairRun], slow_nodes: Sequence[str], *, confirmed: bool
+) -> dict[str, CheckResult]:
+    """One `rdma.pairs` result per node in some pair: the straggler fails (CHECK_CABLE); a pair
+    that failed otherwise (a port DOWN, slow and not told apart) fails both of its nodes with its
+    action; a slow pair of the straggler is the straggler's; a pair not judged is an error."""
+    results: dict[str, CheckResult] = {}
+    for node in nodes:
+        mine = [r for r in runs if node in r.pair.nodes]
+        if not mine:
+            continue
+        shown = "; ".join(_rdma_line(r, node) for r in mine)
+        data = {"pairs": [r.to_json() for r in mine]}
+        evidence = tuple(f"{r.pair.name}: {r.status.value}: {r.summary}" for r in mine)
+        if node in slow_nodes:
+            second = " (measured twice)" if confirmed else ""
+            results[node] = CheckResult(
+                RDMA_PAIRS_CHECK,
+                Status.FAIL,
+                f"{node}'s ports are slow in every pair it is in{second}: {shown}",
+                evidence,
+                "its partners are fast in their other pairs: reseat or replace the named port's cable or transceiver "
+                f"on {node} (`mlxlink -d HCA`), check its NIC's PCIe link",
+                data={**data, "straggler": True, PERFORMANCE: True},
+                action="CHECK_CABLE",
+            )
+            continue
+        own = [r for r in mine if r.status is not Status.OK and not (r.slow and set(r.pair.nodes) & set(slow_nodes))]
+        failed = [r for r in own if r.status is Status.FAIL]
+        if failed:
+            worst = failed[0]
+            results[node] = CheckResult(
+                RDMA_PAIRS_CHECK, Status.FAIL, f"{worst.pair.name}: {worst.summary}", evidence, worst.remedy,
+                data=data, action=worst.action or "CHECK_CABLE",
+            )  # fmt: skip
+        elif any(r.status is not Status.SKIP for r in own):
+            worst = next(r for r in own if r.status is not Status.SKIP)
+            results[node] = CheckResult(
+                RDMA_PAIRS_CHECK, Status.ERROR, f"{worst.pair.name}: {worst.summary}", evidence, worst.remedy, data=data
+            )
+        elif own and len(own) == len(mine):
+            results[node] = CheckResult(
+                RDMA_PAIRS_CHECK, Status.SKIP, f"{own[0].pair.name}: {own[0].summary}", evidence
+            )
+        else:
+            results[node] = CheckResult(RDMA_PAIRS_CHECK, Status.OK, shown, evidence, data=data)
+    return results
+
+
+def _rdma_line(run: RdmaPairRun, node: str) -> str:
+    other = run.pair.b if run.pair.a == node else run.pair.a
+    where = "across leaves" if run.pair.across else f"leaf {run.pair.leaf}"
+    low = run.lowest
+    if low is None:
+        return f"with {other} ({where}): {run.status.value}"
+    lowest = f"lowest {low['gbps']:g} Gb/s = {low['fraction']:.1%} ({low['node']})"
+    return f"with {other} ({where}): {run.status.value}, {lowest}"

@@ -35,6 +35,7 @@ import contextlib
 import getpass
 import json
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -100,6 +101,7 @@ class PairOptions(NamedTuple):
     topology: str | None = None
     min_bytes: str = "8M"
     max_bytes: str = "1G"
+    checks: tuple[str, ...] = (logic.PAIRS_CHECK,)  # nccl.pairs and/or rdma.bandwidth (its pair form)
 
 
 class Options(NamedTuple):
@@ -120,6 +122,7 @@ class Options(NamedTuple):
     dry_run: bool = False
     second_pass: bool = True
     pairs: PairOptions | None = None
+    rdma: logic.RdmaSpec | None = None  # rdma.bandwidth between two nodes: the profile's parameters
 
 
 class Sweeper:
@@ -148,6 +151,9 @@ class Sweeper:
         self.topology_source = ""  # where the leaves came from
         self.pair_runs: list[logic.PairRun] = []
         self.pair_doc: dict[str, Any] | None = None  # the report's "pairs" section
+        self.addrs: dict[str, str] = {}  # node -> its NodeAddr (where a pair's client finds its server)
+        self.rdma_runs: list[logic.RdmaPairRun] = []
+        self.rdma_srun_s: list[float] = []
 
     # -- Slurm ------------------------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -165,8 +171,10 @@ class Sweeper:
             state = slurm_mod.parse_scontrol_show_node(shown.stdout, node)
         except ValueError as exc:
             raise ClusterCheckError(str(exc)) from None
+        addr = re.search(r"(?:^|\s)NodeAddr=(\S+)", shown.stdout)
         with self.lock:
             self.gpus[node] = logic.node_gpus(shown.stdout)
+            self.addrs[node] = addr.group(1) if addr else node
         return state
 
     def record_path(self, node: str) -> Path:
@@ -218,7 +226,10 @@ class Sweeper:
                 return "the sweep is stopping"
         minutes = (1 + self.opts.second_pass) * logic.time_limit_minutes(self.opts.run_timeout) + 5
         if self.opts.pairs is not None:  # the pairs' rounds after the nodes (a ring and the boundaries: 8 at most)
-            minutes += (1 + self.opts.second_pass) * 8 * logic.time_limit_minutes(self.opts.pairs.timeout)
+            if logic.PAIRS_CHECK in self.opts.pairs.checks:
+                minutes += (1 + self.opts.second_pass) * 8 * logic.time_limit_minutes(self.opts.pairs.timeout)
+            if self.opts.rdma is not None:
+                minutes += (1 + self.opts.second_pass) * 8 * logic.time_limit_minutes(self.opts.rdma.budget)
         argv = logic.reservation_argv(name, nodes, user=self.user, minutes=minutes, scontrol=self.opts.scontrol)
         made = slurm_mod._scontrol(argv, self.opts.scontrol_timeout)
         if not made.ok:
@@ -464,32 +475,89 @@ class Sweeper:
         return logic.leaf_groups(under, leaves, nodes)
 
     def run_pairs(self, nodes: Sequence[str], reservation: str | None) -> None:
-        """Pairs of the nodes that passed, measured in rounds of pairs that share no node; a
-        straggler is measured again and drained (INVESTIGATE) only when the second pass confirms it."""
+        """Pairs of the nodes that passed, measured in rounds of pairs that share no node: nccl.pairs
+        (all_reduce_perf) and rdma.bandwidth's pair form (ib_write_bw per HCA port), as asked; a
+        straggler is measured again and drained only when the second pass confirms it."""
         opts = self.opts.pairs
         assert opts is not None
         started = time.monotonic()
         passed = [n for n in nodes if self.outcomes.get(n, Outcome(n, "", "")).done in ("passed", "resumed")]
         pairs = logic.choose_pairs(self.leaf_groups(passed))
-        runs = self._measure(pairs, reservation, 1)
-        slow = logic.stragglers(runs, opts.min_busbw)
+        found: dict[str, list[Any]] = {}  # node -> its pair results (nccl.pairs, rdma.pairs)
+        drain: dict[str, Any] = {}  # node -> the straggler result it is drained for (the first)
+        slow: list[str] = []
+        first_slow: list[str] = []
+        if logic.PAIRS_CHECK in opts.checks:
+            runs = self._measure(pairs, reservation, 1)
+            slow = logic.stragglers(runs, opts.min_busbw)
+            first_slow = list(slow)
+            if slow and self.opts.second_pass:
+                again = [p for p in pairs if set(p.nodes) & set(slow)]
+                runs = logic.merge_pair_passes(runs, self._measure(again, reservation, 2))
+                slow = [n for n in logic.stragglers(runs, opts.min_busbw) if n in slow]
+            self.pair_runs = runs
+            results = logic.pair_results(passed, runs, slow, opts.min_busbw, confirmed=self.opts.second_pass)
+            for node, result in results.items():
+                found.setdefault(node, []).append(result)
+                if result.status is Status.FAIL and node in slow:
+                    drain.setdefault(node, result)
+        rdma_doc = None
+        if self.opts.rdma is not None:
+            rdma_doc = self.run_rdma_pairs(passed, pairs, reservation, found, drain)
+        for node, mine in found.items():
+            before = self.reports.get(node)
+            self.reports[node] = HostReport(node, (*(before.checks if before else ()), *mine))
+            if node in drain:
+                self.outcomes[node] = self._drain_straggler(node, drain[node])
+                continue
+            bad = [r for r in mine if r.status in (Status.FAIL, Status.ERROR)]
+            if bad:
+                o = self.outcomes[node]
+                why = f"{bad[0].id} {bad[0].status.value}: {bad[0].summary} (a pair's failure: not drained)"
+                self.outcomes[node] = o._replace(done="left", why=why)
+        self.pair_doc = self._pairs_doc(
+            pairs, self.pair_runs, slow, first_slow=first_slow, seconds=time.monotonic() - started
+        )
+        if rdma_doc is not None:
+            self.pair_doc["rdma"] = rdma_doc
+
+    def run_rdma_pairs(
+        self,
+        passed: Sequence[str],
+        pairs: Sequence[logic.Pair],
+        reservation: str | None,
+        found: dict[str, list[Any]],
+        drain: dict[str, Any],
+    ) -> dict[str, Any]:
+        """rdma.bandwidth between the two nodes of each pair, per HCA port: the report's
+        `rdma.pairs` results (into `found`), its stragglers (into `drain`), and its section."""
+        spec = self.opts.rdma
+        assert spec is not None
+        runs = self._measure_rdma(pairs, reservation, 1)
+        slow = logic.rdma_stragglers(runs)
         first_slow = list(slow)
         if slow and self.opts.second_pass:
             again = [p for p in pairs if set(p.nodes) & set(slow)]
-            runs = logic.merge_pair_passes(runs, self._measure(again, reservation, 2))
-            slow = [n for n in logic.stragglers(runs, opts.min_busbw) if n in slow]
-        self.pair_runs = runs
-        results = logic.pair_results(passed, runs, slow, opts.min_busbw, confirmed=self.opts.second_pass)
+            runs = logic.merge_rdma_passes(runs, self._measure_rdma(again, reservation, 2))
+            slow = [n for n in logic.rdma_stragglers(runs) if n in slow]
+        self.rdma_runs = runs
+        results = logic.rdma_pair_results(passed, runs, slow, confirmed=self.opts.second_pass)
         for node, result in results.items():
-            before = self.reports.get(node)
-            self.reports[node] = HostReport(node, (*(before.checks if before else ()), result))
+            found.setdefault(node, []).append(result)
             if result.status is Status.FAIL and node in slow:
-                self.outcomes[node] = self._drain_straggler(node, result)
-            elif result.status in (Status.FAIL, Status.ERROR):
-                o = self.outcomes[node]
-                why = f"{logic.PAIRS_CHECK} {result.status.value}: {result.summary} (a pair's failure: not drained)"
-                self.outcomes[node] = o._replace(done="left", why=why)
-        self.pair_doc = self._pairs_doc(pairs, runs, slow, first_slow=first_slow, seconds=time.monotonic() - started)
+                drain.setdefault(node, result)
+        with self.lock:
+            srun_s = sum(self.rdma_srun_s)
+        return {
+            "check": logic.RDMA_CHECK,
+            "min_fraction": spec.min_fraction,
+            "expected_rate": spec.expected_rate or None,
+            "port": spec.port,
+            "pairs": [r.to_json() for r in runs],
+            "stragglers": list(slow),
+            "measured_slow_once": [n for n in first_slow if n not in slow],
+            "srun_s": round(srun_s, 3),
+        }
 
     def _drain_straggler(self, node: str, result: Any) -> Outcome:
         passes = self.outcomes[node].passes
@@ -511,6 +579,10 @@ class Sweeper:
         opts = self.opts.pairs
         assert opts is not None
         doc: dict[str, Any] = {
+            "checks": [
+                *([logic.PAIRS_CHECK] if logic.PAIRS_CHECK in opts.checks else []),
+                *([logic.RDMA_PAIRS_CHECK] if self.opts.rdma is not None else []),
+            ],
             "topology": self.topology_source,
             "min_busbw": opts.min_busbw,
             "image": opts.image or None,
@@ -519,6 +591,9 @@ class Sweeper:
         }
         if planned_only:
             doc["planned"] = [{"nodes": list(p.nodes), "leaf": p.leaf, "across": p.across} for p in pairs]
+            return doc
+        doc["seconds"] = round(seconds, 3)
+        if logic.PAIRS_CHECK not in opts.checks:
             return doc
         with self.lock:
             srun_s = sum(self.pair_srun_s)
@@ -573,6 +648,70 @@ class Sweeper:
             why = f"all_reduce_perf on {pair.a} and {pair.b} did not end within {opts.timeout:g} s: stopped"
             return logic.PairRun(pair, Status.ERROR, why, command=shown)
         return self._judge_pair(pair, stdout, stderr, returncode, gpus, shown)._replace(seconds=srun_s)
+
+    def _measure_rdma(
+        self, pairs: Sequence[logic.Pair], reservation: str | None, attempt: int
+    ) -> list[logic.RdmaPairRun]:
+        assert self.pool is not None
+        by_pair: dict[logic.Pair, logic.RdmaPairRun] = {}
+        for number, batch in enumerate(logic.schedule(pairs), 1):
+            futures = [(p, self.pool.submit(self.run_rdma_pair, p, reservation, attempt)) for p in batch]
+            for pair, future in futures:
+                by_pair[pair] = self._wait(future)._replace(round=number)
+        return [by_pair[p] for p in pairs]
+
+    def rdma_hcas(self, node: str) -> list[str]:
+        """The HCAs rdma.bandwidth judged on the node in its own run (its data's ports), in order."""
+        report = self.reports.get(node)
+        for c in report.checks if report else ():
+            if c.id == logic.RDMA_CHECK and isinstance(c.data, dict) and isinstance(c.data.get("ports"), dict):
+                return [str(h) for h in c.data["ports"]]
+        return []
+
+    def run_rdma_pair(self, pair: logic.Pair, reservation: str | None, attempt: int) -> logic.RdmaPairRun:
+        """ib_write_bw per HCA port between the two nodes of `pair` (the server on the first, the
+        client on the second to its NodeAddr), one exclusive allocation, judged."""
+        spec = self.opts.rdma
+        assert spec is not None
+        hcas = list(spec.devices) or self.rdma_hcas(pair.a)
+        if not hcas:
+            why = f"no HCA to measure on {pair.a}: its rdma.bandwidth result names none (set the check's `devices`)"
+            return logic.RdmaPairRun(pair, Status.ERROR, why)
+        runs = logic.rdma_runs(spec, hcas)
+        addr = self.addrs.get(pair.a) or pair.a
+        gpus = min(self.gpus.get(pair.a, 0), self.gpus.get(pair.b, 0)) if spec.cuda else 0
+        argv = logic.pair_srun_argv(
+            pair,
+            logic.rdma_pair_argv(spec, pair, addr, runs),
+            job_name=self.job_name,
+            seconds=spec.budget,
+            reservation=reservation,
+            partition=self.opts.partition,
+            gpus=gpus,
+            srun=self.opts.srun,
+            extra=("--label",),
+        )
+        shown = shlex.join(argv).replace(shlex.quote(logic.RDMA_PAIR_SCRIPT), "'<rdma pair script>'")
+        ran = self._srun(argv, spec.budget + logic.IMMEDIATE_S + 60)
+        if ran is None:
+            return logic.RdmaPairRun(pair, Status.ERROR, "the sweep was interrupted before the run", command=shown)
+        returncode, stdout, stderr, timed_out, srun_s = ran
+        with self.lock:
+            self.rdma_srun_s.append(srun_s)
+            stopping = self.stopping
+        if stopping:
+            return logic.RdmaPairRun(pair, Status.ERROR, "the sweep was interrupted during the run", command=shown)
+        if timed_out:
+            why = f"ib_write_bw between {pair.a} and {pair.b} did not end within {spec.budget:g} s: stopped"
+            return logic.RdmaPairRun(pair, Status.ERROR, why, command=shown, seconds=srun_s)
+        if logic.allocation_refused(stderr) and not stdout.strip():
+            said = " ".join(stderr.split())[:300]
+            why = f"Slurm did not give {pair.a} and {pair.b} to the sweep (a job took one?): {said}"
+            return logic.RdmaPairRun(pair, Status.SKIP, why, command=shown, seconds=srun_s)
+        run = logic.judge_rdma_pair(pair, stdout, stderr, spec, runs, server_addr=addr, command=shown)
+        if run.status is Status.ERROR and returncode != 0 and not run.ports:
+            run = run._replace(summary=f"{run.summary} (srun exited {returncode})")
+        return run._replace(seconds=srun_s)
 
     def _srun(self, argv: list[str], timeout: float) -> tuple[int, str, str, bool, float] | None:
         """Start one srun, unless the sweep is stopping (None), and wait for it within `timeout`,
@@ -800,6 +939,16 @@ def _lines(outcomes: dict[str, Outcome], pairs: dict[str, Any] | None = None) ->
     if pairs is not None and "stragglers" in pairs:
         slow = ", ".join(pairs["stragglers"]) or "none"
         lines.append(f"straggler (slow in every pair it is in): {slow}")
+    rdma = (pairs or {}).get("rdma")
+    if rdma is not None:
+        for p in rdma["pairs"]:
+            twice = ", measured twice" if p["passes"] > 1 else ""
+            where = f"{'across ' if p['across'] else ''}{p['leaf']}"
+            lines.append(f"rdma pair {'+'.join(p['nodes'])} ({where}): {p['status']}{twice}: {p['summary']}")
+        if not rdma["pairs"]:
+            lines.append("rdma pairs: none measured (fewer than two nodes passed their own runs)")
+        slow = ", ".join(rdma["stragglers"]) or "none"
+        lines.append(f"rdma straggler (ports slow in every pair it is in): {slow}")
     return lines
 
 
@@ -927,6 +1076,15 @@ def sweep(
     pairs_timeout: Annotated[
         float, typer.Option("--pairs-timeout", min=1.0, help="Seconds one pair's run may take.")
     ] = 300.0,
+    pairs_checks: Annotated[
+        str | None,
+        typer.Option(
+            "--pairs-checks",
+            help="What --pairs measures, comma-separated: nccl.pairs (all_reduce_perf) and rdma.bandwidth "
+            "(ib_write_bw per HCA port, server on one node, client on the other, with the profile's rdma.bandwidth "
+            "parameters) [default: nccl.pairs, and rdma.bandwidth when the profile runs it].",
+        ),
+    ] = None,
     topology: Annotated[
         Path | None,
         typer.Option(
@@ -1000,9 +1158,12 @@ def sweep(
             pairs_srun_args,
             pairs_timeout,
             topology,
+            pairs_checks,
         ),
     )
-    _check_profile(options)
+    prof = _check_profile(options)
+    if options.pairs is not None:
+        options = options._replace(rdma=_rdma_spec(prof, options.pairs, explicit=pairs_checks is not None))
     sweeper = Sweeper(options)
     interrupted: Interrupted | None = None
     try:
@@ -1037,12 +1198,19 @@ def _pair_options(
     srun_args: str | None,
     timeout: float,
     topology: Path | None,
+    checks: str | None = None,
 ) -> PairOptions | None:
-    given = [image, mounts, srun_args, topology]
+    given = [image, mounts, srun_args, topology, checks]
     if not pairs:
         if any(v is not None for v in given):
-            raise UsageError("--pairs-image, --pairs-mounts, --pairs-srun-args and --topology need --pairs")
+            raise UsageError(
+                "--pairs-image, --pairs-mounts, --pairs-srun-args, --pairs-checks and --topology need --pairs"
+            )
         return None
+    known = (logic.PAIRS_CHECK, logic.RDMA_CHECK)
+    wanted = tuple(dict.fromkeys(c.strip() for c in (checks or "").split(",") if c.strip()))
+    if checks is not None and (not wanted or any(c not in known for c in wanted)):
+        raise UsageError(f"--pairs-checks takes {' and/or '.join(known)} (comma-separated), got {checks!r}")
     if runtime not in ("pyxis", "apptainer"):
         raise UsageError(f"--pairs-runtime must be pyxis or apptainer, got {runtime!r}")
     if expect not in ("", "ib", "roce", "ofi"):
@@ -1064,6 +1232,7 @@ def _pair_options(
         srun_args=extra,
         timeout=timeout,
         topology=str(topology) if topology is not None else None,
+        checks=wanted or (logic.PAIRS_CHECK, logic.RDMA_CHECK),
     )
 
 
@@ -1073,11 +1242,27 @@ def _profile_ref(profile: str) -> str:
     return str(path.resolve()) if path.suffix in (".yaml", ".yml") or path.exists() else profile
 
 
-def _check_profile(options: Options) -> None:
+def _check_profile(options: Options) -> Any:
     """The profile loads here before any node is touched (a typo must not drain a partition)."""
     from clustercheck import profile as profiles
 
-    profiles.load(options.profile, extra_check_dirs=tuple(Path(d) for d in options.checks_dirs))
+    return profiles.load(options.profile, extra_check_dirs=tuple(Path(d) for d in options.checks_dirs))
+
+
+def _rdma_spec(prof: Any, pairs: PairOptions, *, explicit: bool) -> logic.RdmaSpec | None:
+    """rdma.bandwidth's pair form, with the profile's parameters for it: when --pairs-checks names
+    it (the profile must run the check), or by default when the profile runs it."""
+    if logic.RDMA_CHECK not in pairs.checks:
+        return None
+    config = next((c for c in prof.checks if c.id == logic.RDMA_CHECK), None)
+    if config is None:
+        if explicit:
+            raise UsageError(
+                f"--pairs-checks {logic.RDMA_CHECK}: the profile {prof.name!r} does not run {logic.RDMA_CHECK}, whose "
+                "parameters (devices, port, min_fraction, cuda, ...) the pair form takes: add it to the profile"
+            )
+        return None
+    return logic.RdmaSpec.from_params(config.params, config.timeout)
 
 
 def _finish(

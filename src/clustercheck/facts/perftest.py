@@ -21,6 +21,10 @@ Units: perftest divides by 0x100000 for MB/sec and by 125000000 for Gb/sec
 the MsgRate column confirms it (superbench's 8 MiB loopback: 0.003007 Mpps x 8 MiB x 8 =
 201.8 Gb/s, its 24056.72 MB/sec).
 
+`read_pair_sides(text)` reads what the sweep's two-node form printed through `srun --label`
+(facts/scripts/rdma_pair.sh on both nodes): each node's role, each run's port state and rate,
+the tool's output and exit status.
+
 The real outputs these readings were made against are under tests/corpus/perftest/.
 """
 
@@ -256,6 +260,77 @@ def judge_bw(
     return BwVerdict("ok", said, gbps, rate_gbps, fraction, row.size)
 
 
+# -- the two ends of a pair's run (the sweep's rdma.bandwidth between two nodes) ---------------
+
+
+@dataclass
+class SideRun:
+    """What one end printed for one run (`HCA:host` or `HCA:GPU`) of the pair script."""
+
+    state: str = ""  # the port's sysfs state, as read ("4: ACTIVE"), "" when the file is absent
+    rate: str = ""  # its sysfs rate ("400 Gb/sec (4X NDR)")
+    output: str = ""  # the tool's stdout and stderr
+    rc: int | None = None  # None: no end line (the run was cut)
+    skipped: bool = False  # not run: an earlier run of the pair timed out
+    no_server: bool = False  # the client found no server listening within its time
+
+
+@dataclass
+class PairSide:
+    """One node's end of a pair's run: its role, whether the tool is there, its runs."""
+
+    node: str
+    role: str  # "server" or "client"
+    missing: str = ""  # the tool it did not find
+    runs: dict[str, SideRun] = field(default_factory=dict)
+
+
+_LABEL = re.compile(r"^\s*(\d+): ?(.*)$")
+_MARK = re.compile(r"^@@cc (node|missing|run|end|skip|noserver)\b ?(.*)$")
+_RUN_MARK = re.compile(r"^(\S+) state=(.*?) rate=(.*)$")
+_END_MARK = re.compile(r"^(\S+) rc=(-?\d+)$")
+
+
+def read_pair_sides(text: str) -> dict[str, PairSide]:
+    """`srun --label` output of the pair script (facts/scripts/rdma_pair.sh) on two nodes -> each
+    node's end (pure). Lines are `TASK: text`; each task names its node and role first. A task
+    that printed no `@@cc node=` line is left out (it never started); unlabelled lines (srun's
+    own) are ignored."""
+    tasks: dict[str, PairSide] = {}
+    current: dict[str, str] = {}  # task -> the run being printed
+    for raw in text.splitlines():
+        m = _LABEL.match(raw)
+        if not m:
+            continue
+        task, line = m.group(1), m.group(2)
+        mark = _MARK.match(line)
+        side = tasks.get(task)
+        if mark is None:
+            run = current.get(task)
+            if side is not None and run is not None:
+                side.runs[run].output += line + "\n"
+            continue
+        kind, rest = mark.group(1), mark.group(2)
+        if kind == "node":
+            fields = dict(part.partition("=")[::2] for part in line.split()[1:])  # node=NAME role=ROLE
+            tasks[task] = PairSide(fields.get("node", ""), fields.get("role", ""))
+        elif side is None:
+            continue
+        elif kind == "missing":
+            side.missing = rest.strip()
+        elif kind == "run" and (r := _RUN_MARK.match(rest)):
+            current[task] = r.group(1)
+            side.runs[r.group(1)] = SideRun(r.group(2).strip(), r.group(3).strip())
+        elif kind == "noserver" and task in current:
+            side.runs[current[task]].no_server = True
+        elif kind == "end" and (e := _END_MARK.match(rest)) and e.group(1) in side.runs:
+            side.runs[e.group(1)].rc = int(e.group(2))
+            current.pop(task, None)
+        elif kind == "skip":
+            side.runs[rest.strip()] = SideRun(skipped=True)
+    return {side.node: side for side in tasks.values() if side.node}
+
+
 __all__ = [
     "GBPS_PER_UNIT",
     "MIN_JUDGED_SIZE",
@@ -263,8 +338,11 @@ __all__ = [
     "BwRow",
     "BwRun",
     "BwVerdict",
+    "PairSide",
     "PerftestParseError",
+    "SideRun",
     "bw_argv",
     "judge_bw",
     "parse_bw",
+    "read_pair_sides",
 ]
