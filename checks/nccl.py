@@ -18,6 +18,8 @@ it out of prolog profiles. Nothing here writes.
 
 from __future__ import annotations
 
+import fnmatch
+import re
 import shlex
 from typing import Any
 
@@ -53,6 +55,37 @@ MAX_LINE = 4096  # nccl_grep_log.sh cuts at it: `cut -b 1-4097 | awk -v n=4096` 
 CUT_MARK = "\t@@cut"
 #: One file's NCCL lines, by sections (facts/scripts/nccl_grep_log.sh): `sh -c _GREP_SCRIPT sh FILE PATTERN`.
 _GREP_SCRIPT = script_text("nccl_grep_log.sh").removesuffix("\n")
+
+
+def _folder(glob: str) -> str:
+    """The folder nccl_list_logs.sh names in its `@@denied` line for a glob."""
+    return (glob.rsplit("/", 1)[0] or "/") if "/" in glob else "."
+
+
+def _part_matches(name: str, pattern: str) -> bool:
+    if not any(c in pattern for c in "*?[\\"):
+        return name == pattern
+    if "[:" in pattern or "[=" in pattern or "[." in pattern:
+        return True  # a POSIX class fnmatch does not know: the part count still holds
+    fn = re.sub(r"\\(.)", lambda m: "[" + m.group(1) + "]" if m.group(1) in "*?[" else m.group(1), pattern)
+    return fnmatch.fnmatchcase(name, fn.replace("[^", "[!"))
+
+
+def glob_matches(path: str, glob: str) -> bool:
+    """Whether `path`, a line the listing printed, is a name the shell glob `glob` expands to: as
+    many `/`-parts, each matching its part of the glob. `ls` prints a file name holding a newline
+    as two lines, and (the glob having a `/`) at most one of them can have the glob's part
+    count: a user naming a log `x.out<newline>/etc/...` never gets another file read."""
+    parts, globs = path.split("/"), glob.split("/")
+    return len(parts) == len(globs) and all(_part_matches(n, g) for n, g in zip(parts, globs, strict=True))
+
+
+def _strays(strays: list[str]) -> str:
+    shown = ", ".join(repr(s[:120]) for s in strays[:3]) + (" ..." if len(strays) > 3 else "")
+    return (
+        f"the log listing printed {len(strays)} line{'s' if len(strays) > 1 else ''} matching none of the "
+        f"paths' globs ({shown}): a file name with a newline in it, not read"
+    )
 
 
 def parse_sections(text: str) -> dict[str, list[str]]:
@@ -168,8 +201,13 @@ def log(
     if listing.exit_code == 127 or listing.timed_out:
         raise RuntimeError(f"could not list job logs: {listing.describe()}")
     lines = [line for line in listing.stdout.splitlines() if line.strip()]
-    denied = sorted({line[len(DENIED) :] for line in lines if line.startswith(DENIED)})
-    files = [line for line in lines if not line.startswith(DENIED)]
+    folders = {_folder(p) for p in paths}
+    denied = sorted({line[len(DENIED) :] for line in lines if line.startswith(DENIED)} & folders)
+    listed = [line for line in lines if not line.startswith(DENIED)]
+    files = [line for line in listed if any(glob_matches(line, p) for p in paths)]
+    strays = [line for line in listed if line not in files]
+    if not files and strays:
+        raise HostError(host.name, f"cannot tell: {_strays(strays)}")
     if not files and denied:  # not "no job logs": the node did not let us look
         raise HostError(
             host.name, f"cannot tell: {', '.join(denied)} cannot be listed by this user (permission denied); {ACCESS}"
@@ -216,9 +254,10 @@ def log(
     if not judged:
         return skip(
             f"{len(silent)} recent job log{'s' if len(silent) > 1 else ''} without NCCL lines "
-            "(jobs need NCCL_DEBUG=INFO for this check)"
+            "(jobs need NCCL_DEBUG=INFO for this check)" + (f"; {_strays(strays)}" if strays else "")
         )
     evidence = list(cut_note)  # a failure stands even with cut lines; they are named here
+    evidence += [_strays(strays)] if strays else []
     evidence += [f"{d}: cannot be listed by this user (permission denied): its logs were not read" for d in denied]
     data: dict[str, Any] = {"files": {}}
     for path, report in judged:

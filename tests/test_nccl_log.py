@@ -758,6 +758,41 @@ def test_check_sections_and_bad_grep_output() -> None:
     assert nccl_checks.analyze_grep_output("garbage \x00 without sections", "/x") is None
 
 
+def test_a_log_named_with_a_newline_gets_no_other_file_read(tmp_path: Path) -> None:
+    """`ls` prints a name holding a newline as two lines. A user's job log named
+    `slurm-9.out<newline>stolen.out` made nccl.log grep `stolen.out` in its working folder (the
+    prolog's: slurmd's spool) and judge it: here another job's log showing TCP sockets, which
+    warned of a node whose own logs are fine. A line matching none of the globs is not read now."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "slurm-1.out").write_bytes(
+        (LOGS / "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt").read_bytes()
+    )
+    (jobs / "slurm-9.out\nstolen.out").write_text("a user's own job output\n")
+    (tmp_path / "stolen.out").write_bytes(
+        (LOGS / "issue-nccl-tests-188-ib-disabled-socket-2node-init-EXCERPT.txt").read_bytes()
+    )
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(f"checks:\n  nccl.log: {{paths: ['{jobs}/slurm-*.out'], max_files: 3}}\n")
+    run = cli("run", "--local", "-p", profile, "-f", "json", cwd=tmp_path)
+    (result,) = json.loads(run.stdout)["hosts"].popitem()[1]["checks"]
+    assert (run.returncode, result["status"]) == (0, "ok"), run.stdout + run.stderr
+    assert sorted(result["data"]["files"]) == [str(jobs / "slurm-1.out")]
+    assert "matching none of the paths' globs ('stolen.out')" in " ".join(result["evidence"])
+    assert not any("stolen" in line and "sh -c" in line for line in result["evidence"])  # never grepped
+
+
+def test_listed_paths_are_matched_against_the_globs_part_for_part() -> None:
+    from clustercheck.checks.nccl import glob_matches
+
+    assert glob_matches("/var/tmp/jobs/slurm-1.out", "/var/tmp/jobs/slurm-*.out")
+    assert glob_matches("/var/tmp/jobs/7/", "/var/tmp/jobs/[[:digit:]]/")  # a class fnmatch lacks: let through
+    assert glob_matches("/var/tmp//j/a.out", "/var/tmp//j/[!b].out") and glob_matches("logs/x", "*/x")
+    assert not glob_matches("/etc/shadow", "/var/tmp/*/*")  # the half after a newline: other parts
+    assert not glob_matches("/var/tmp/jobs/secret", "/var/tmp/jobs/*.out")  # the half before one
+    assert not glob_matches("stolen.out", "/var/tmp/jobs/slurm-*.out")
+
+
 # -- newer NCCL: the device list of merged (virtual) NICs -----------------------------------------------
 
 NEW_LOGS = CORPUS / "nccl_logs_new"
