@@ -782,6 +782,18 @@ def test_a_log_named_with_a_newline_gets_no_other_file_read(tmp_path: Path) -> N
     assert not any("stolen" in line and "sh -c" in line for line in result["evidence"])  # never grepped
 
 
+def test_only_names_matching_no_glob_cannot_tell(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "a\nb.out").write_text("a user's own job output\n")  # lists as `.../jobs/a` and `b.out`
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(f"checks:\n  nccl.log: {{paths: ['{jobs}/*.out']}}\n")
+    run = cli("run", "--local", "-p", profile, "-f", "json", cwd=tmp_path)
+    (result,) = json.loads(run.stdout)["hosts"].popitem()[1]["checks"]
+    assert (run.returncode, result["status"]) == (3, "error"), run.stdout + run.stderr
+    assert "cannot tell: the log listing printed 2 lines matching none of the paths' globs" in result["summary"]
+
+
 def test_listed_paths_are_matched_against_the_globs_part_for_part() -> None:
     from clustercheck.checks.nccl import glob_matches
 

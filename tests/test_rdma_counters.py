@@ -255,6 +255,17 @@ def test_bad_thresholds_are_refused_when_the_profile_loads(tmp_path: Path) -> No
     assert f"{profile}:2" in proc.stderr
 
 
+@pytest.mark.parametrize("value", [".nan", ".inf", "true", "'5; reboot'"])
+def test_a_window_that_is_no_number_is_refused_when_the_profile_loads(tmp_path: Path, value: str) -> None:
+    """sample_s is filled into the gather script (`sleep N`): only a number from 0 to 300 gets there
+    (NaN passed the range test before, `true` read as 1)."""
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"checks:\n  rdma.counters: {{sample_s: {value}}}\n")
+    proc = cli("run", "--replay", FIXTURES / "rdma-counters-window-healthy", "--profile", profile)
+    assert proc.returncode == 64, proc.stdout + proc.stderr
+    assert "sample_s" in proc.stderr and f"{profile}:2" in proc.stderr
+
+
 def test_a_window_longer_than_the_budget_cannot_tell(tmp_path: Path) -> None:
     profile = tmp_path / "p.yaml"
     profile.write_text("checks:\n  rdma.counters: {sample_s: 5, timeout: 3}\n")
