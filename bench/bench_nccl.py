@@ -353,7 +353,7 @@ def main() -> int:
         "| CPU / grep | peak RSS MB (largest process) "
         "| peak PSS MB (all processes) | speed target held | memory target held | exit codes | commands |"
     )
-    from clustercheck.analyzers.nccl_log import EXACT_CHANNELS as EXACT
+    from clustercheck.analyzers.nccl_log.knobs import EXACT_CHANNELS as EXACT
 
     text = f"""# NCCL log analysis: `clustercheck nccl-log` vs `grep -c NCCL`
 

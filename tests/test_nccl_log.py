@@ -577,8 +577,8 @@ def test_fast_path_and_processes_agree_with_the_exact_path(tmp_path: Path, monke
     exact = analyze_paths([path])
     assert exact.hosts["gpu007"]["gpudirect_rdma"] is False and exact.hosts["gpu006"]["gpudirect_rdma"] is True
     assert exact.status.value == "fail" and exact.errors[0][0].line == exact.lines
-    monkeypatch.setattr(nccl_log, "EXACT_CHANNELS", 500)  # attribute the first channels only, count the rest
-    monkeypatch.setattr(nccl_log, "BLOCK", 4096)
+    monkeypatch.setattr(nccl_log.knobs, "EXACT_CHANNELS", 500)  # attribute the first channels only, count the rest
+    monkeypatch.setattr(nccl_log.knobs, "BLOCK", 4096)
     fast = analyze_paths([path])
     assert _essentials(fast) == _essentials(exact)
     # and in stretches on two processes (in a fresh interpreter, as the CLI runs them)
@@ -591,7 +591,7 @@ def test_block_reader_numbers_lines_across_boundaries(monkeypatch: pytest.Monkey
     rng = random.Random(7)
     lines = [f"h{rng.randrange(3)}:1:2 [0] NCCL INFO Using network {rng.choice(['IB', 'Socket'])}" for _ in range(300)]
     lines = [line if rng.random() < 0.5 else "x" * rng.randrange(0, 300) for line in lines]
-    monkeypatch.setattr(nccl_log, "BLOCK", 97)
+    monkeypatch.setattr(nccl_log.knobs, "BLOCK", 97)
     part = nccl_log._scan_stream(io.BytesIO("\n".join(lines).encode()), "-")
     assert part.lines == len(lines)
     want = [(i, line) for i, line in enumerate(lines, 1) if "NCCL" in line]
@@ -603,8 +603,8 @@ def test_block_reader_numbers_lines_across_boundaries(monkeypatch: pytest.Monkey
 
 
 def test_overlong_lines_are_skipped_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nccl_log, "MAX_LINE", 1000)
-    monkeypatch.setattr(nccl_log, "BLOCK", 256)
+    monkeypatch.setattr(nccl_log.knobs, "MAX_LINE", 1000)
+    monkeypatch.setattr(nccl_log.knobs, "BLOCK", 256)
     text = "a:1:2 [0] NCCL INFO Using network IB\n" + "z" * 5000 + "\nb:1:2 [0] NCCL WARN Call to ibv_foo failed\n"
     r = analyze_text(text)
     assert r.skipped_long_lines == 1 and r.errors[0][0].line == 3
@@ -909,7 +909,7 @@ def test_plain_path_leaves_mistakes_to_typer(args: list[str], says: str) -> None
     assert run.returncode == 64 and says in run.stderr and "Traceback" not in run.stderr
 
 
-# -- the package: one import surface, the scan's sizes set in one place ------------------------------------
+# -- the package: one import surface, the scan's sizes set in one place (its knobs module) -----------------
 
 
 def test_every_public_name_is_importable_from_the_package() -> None:
@@ -920,7 +920,7 @@ def test_every_public_name_is_importable_from_the_package() -> None:
     assert Scanner().report().status.value == "warn" and "NCCL (WARN" in GREP_PATTERN
 
 
-def test_exact_channels_set_on_the_package_steers_every_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_exact_channels_set_in_knobs_steers_every_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = _big_log(tmp_path).read_bytes()
 
     def p2p_attributed() -> int:
@@ -928,8 +928,8 @@ def test_exact_channels_set_on_the_package_steers_every_scan(tmp_path: Path, mon
         return sum(n for (_, cls, _), (n, _) in part.channels.items() if cls.startswith("P2P/"))
 
     everything = p2p_attributed()
-    monkeypatch.setattr(nccl_log, "BLOCK", 4096)
-    monkeypatch.setattr(nccl_log, "EXACT_CHANNELS", 2000)
+    monkeypatch.setattr(nccl_log.knobs, "BLOCK", 4096)
+    monkeypatch.setattr(nccl_log.knobs, "EXACT_CHANNELS", 2000)
     # past the exact start intra-node P2P channels are no longer attributed one by one
     assert 0 < p2p_attributed() < everything
 
@@ -950,7 +950,7 @@ def _in_a_fresh_process(path: Path, jobs: int, expects: tuple[str | None, ...], 
     code = (
         "import json, sys\n"
         "import clustercheck.analyzers.nccl_log as n\n"
-        "for k, v in json.loads(sys.argv[1]).items(): setattr(n, k, v)\n"
+        "for k, v in json.loads(sys.argv[1]).items(): setattr(n.knobs, k, v)\n"
         "out = []\n"
         "for e in json.loads(sys.argv[2]):\n"
         "    r = n.analyze_paths([sys.argv[3]], expect=e, jobs=int(sys.argv[4]))\n"
@@ -970,8 +970,8 @@ def _both_paths(
     from clustercheck.analyzers.nccl_log import grep
 
     for name, value in knobs.items():
-        monkeypatch.setattr(nccl_log, name, value)
-    monkeypatch.setattr(nccl_log, "GREP_MIN", 0)
+        monkeypatch.setattr(nccl_log.knobs, name, value)
+    monkeypatch.setattr(nccl_log.knobs, "GREP_MIN", 0)
     fared: list[str] = []
     real = grep.scan_file
 
@@ -987,7 +987,7 @@ def _both_paths(
     monkeypatch.setattr(grep, "scan_file", spy)
     out: dict[bool, list[str]] = {}
     for use in (False, True):
-        monkeypatch.setattr(nccl_log, "GREP", use)
+        monkeypatch.setattr(nccl_log.knobs, "GREP", use)
         out[use] = []
         for e in EXPECTS:
             r = analyze_paths(paths, expect=e, jobs=jobs)
@@ -1081,6 +1081,6 @@ def test_grep_path_reads_a_growing_log_up_to_the_size_it_had(tmp_path: Path, mon
         return proc
 
     monkeypatch.setattr(grep, "_start", start_then_grow)
-    monkeypatch.setattr(nccl_log, "GREP", True)
+    monkeypatch.setattr(nccl_log.knobs, "GREP", True)
     r = analyze_paths([path])
     assert json.dumps({**r.to_json(), "lines": r.lines}) == python[0] and path.stat().st_size > size

@@ -34,10 +34,11 @@ Where GNU grep is on PATH, a file of at least GREP_MIN bytes has its byte-level 
 exact start done by two `grep -F` beside this process (`grep`: the same Partials, so the same
 report; no GNU grep, `CLUSTERCHECK_NCCL_GREP=0` or a line longer than a block: the scan above).
 
-The package: `grammar` (one line -> what it says), `scan` (blocks, stretches, processes ->
-`Partial`), `grep` (the same `Partial`s through GNU grep), `state` (`Scanner`: the evidence
-accumulated per host and job), `rules` (the verdict: `judge()` and its named rules). Everything a
-caller needs is importable from here.
+The package: `knobs` (the sizes that steer the scan: set them there), `grammar` (one line -> what
+it says), `scan` (blocks, stretches, processes -> `Partial`), `grep` (the same `Partial`s through
+GNU grep), `evidence` (what is accumulated per host and job), `state` (`Scanner`: accumulates it),
+`rules` (the verdict: `judge()` and its named rules). Everything a caller needs is importable from
+here; no module of the package imports the package itself.
 """
 
 from __future__ import annotations
@@ -47,23 +48,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-# The sizes that steer the scan, read by scan.py and state.py at each call (set them here).
-#: Bytes read at a time. Small blocks stay in the CPU cache, which matters more than syscalls.
-BLOCK = 1 << 18
-#: The longest line kept; longer ones (1 MB of garbage without a newline) are counted and skipped.
-MAX_LINE = 4 << 20
-#: Channel lines attributed to their host one by one at the start of every input; later ones are
-#: counted, and attributed only when they matter per host (no GPUDirect RDMA, TCP, shared memory).
-EXACT_CHANNELS = 50_000
-#: Files at least this large are scanned in stretches on several processes (`jobs`).
-PARALLEL_MIN = 64 << 20
-#: Files at least this large have their byte-level pass past the exact start done by GNU grep
-#: (analyzers/nccl_log/grep.py) where it is on PATH; the same evidence as the Python scan.
-GREP_MIN = 32 << 20
-#: False: always the pure-Python scan (`CLUSTERCHECK_NCCL_GREP=0` in the environment says the same).
-GREP = True
-
-# ruff: noqa: E402 (the sizes above come first: the modules below read them from this package)
+from clustercheck.analyzers.nccl_log import knobs
+from clustercheck.analyzers.nccl_log.evidence import MAX_ERRORS, MAX_HOSTS, _Host, _Job
 from clustercheck.analyzers.nccl_log.grammar import (
     _RARE,
     _RARE_LEAN,
@@ -92,22 +78,16 @@ from clustercheck.analyzers.nccl_log.scan import (
     _scan_stream,
     default_jobs,
 )
-from clustercheck.analyzers.nccl_log.state import MAX_ERRORS, MAX_HOSTS, Scanner, _Host, _Job
+from clustercheck.analyzers.nccl_log.state import Scanner
 
 __all__ = [
-    "BLOCK",
-    "EXACT_CHANNELS",
     "GARBLED",
-    "GREP",
-    "GREP_MIN",
     "GREP_PATTERN",
     "MAX_ERRORS",
     "MAX_HOSTS",
     "MAX_KEPT",
-    "MAX_LINE",
     "MAX_TAIL",
     "NETWORKS",
-    "PARALLEL_MIN",
     "WC_STATUS",
     "_RARE",
     "_RARE_LEAN",
@@ -132,6 +112,7 @@ __all__ = [
     "default_jobs",
     "intra_class",
     "judge",
+    "knobs",
     "network_kind",
     "parse_net_tail",
     "split_line",

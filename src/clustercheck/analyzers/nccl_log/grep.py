@@ -26,7 +26,7 @@ import subprocess
 import threading
 from typing import IO
 
-import clustercheck.analyzers.nccl_log as knobs
+import clustercheck.analyzers.nccl_log.knobs as knobs
 from clustercheck.analyzers.nccl_log.grammar import _CHANNEL, _RARE_LEAN
 from clustercheck.analyzers.nccl_log.scan import Partial, _blocks, _Collector
 

@@ -10,14 +10,11 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from clustercheck.analyzers.nccl_log.evidence import _Host, _Job
 from clustercheck.analyzers.nccl_log.grammar import WC_STATUS, Ref, network_kind
 from clustercheck.result import Status, worst
-
-if TYPE_CHECKING:
-    from clustercheck.analyzers.nccl_log.state import _Host, _Job
-
 
 # Causes of a TCP fallback, most telling first.
 _CAUSE_ORDER = (

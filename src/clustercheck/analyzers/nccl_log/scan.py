@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-import clustercheck.analyzers.nccl_log as knobs
+import clustercheck.analyzers.nccl_log.knobs as knobs
 from clustercheck.analyzers.nccl_log.grammar import (
     _CHANNEL,
     _FOREIGN,
