@@ -695,6 +695,21 @@ def test_rdma_bandwidth_a_port_trained_below_the_expected_rate_fails(tmp_path: P
     assert check["status"] == "ok", check
 
 
+def test_rdma_bandwidth_without_loopback_judges_only_the_ports(tmp_path: Path) -> None:
+    # loopback: false leaves the bandwidth to the sweep's pair form: no ib_write_bw runs (the
+    # fixture's recorded loopback would be the only way to answer one), the port's state and rate
+    # are still judged
+    params = {"devices": ["mlx5_0"], "loopback": False}
+    check = _replay_edited(tmp_path, "4: ACTIVE", "400 Gb/sec (4X NDR)", params)
+    assert check["status"] == "ok", check
+    assert check["summary"].startswith("1 port(s) ACTIVE (mlx5_0 400 Gb/s); no loopback (loopback: false)")
+    assert check["data"]["ports"]["mlx5_0"]["runs"] == [] and not any("ib_write_bw" in e for e in check["evidence"])
+    check = _replay_edited(tmp_path / "down", "1: DOWN", "400 Gb/sec (4X NDR)", params)
+    assert (check["status"], check["action"]) == ("fail", "CHECK_CABLE"), check
+    check = _replay_edited(tmp_path / "slow", "4: ACTIVE", "200 Gb/sec (4X HDR)", {**params, "expected_rate": 400.0})
+    assert check["summary"] == "mlx5_0 port 1 links at 200 Gb/s, below the expected 400 Gb/s", check
+
+
 @pytest.mark.parametrize(
     ("check_id", "tool", "corpus", "params", "words"),
     [

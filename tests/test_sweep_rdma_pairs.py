@@ -151,14 +151,14 @@ def slurm() -> Iterator[HcaCluster]:
 class Site:
     """The profile (rdma.bandwidth judging the ports, the bandwidth left to the pairs), the stand-in."""
 
-    def __init__(self, root: Path, run_timeout: float = 10, budget: float = 60) -> None:
+    def __init__(self, root: Path, run_timeout: float = 10, budget: float = 60, cuda: str = "") -> None:
         self.root = root
         self.flags = root / "flags"
         self.flags.mkdir()
         self.profile = root / "rdma.yaml"
         self.profile.write_text(
             "checks:\n  rdma.bandwidth:\n    devices: [mlx5_0]\n    loopback: false\n"
-            f"    run_timeout: {run_timeout}\n    timeout: {budget}\n"
+            f"    run_timeout: {run_timeout}\n    timeout: {budget}\n" + (f"    cuda: [{cuda}]\n" if cuda else "")
         )
         self.bin = root / "bin"
         self.bin.mkdir()
@@ -259,6 +259,23 @@ def test_a_healthy_pair_passes_and_the_node_with_a_degraded_port_is_drained(slur
     finally:
         slurm.rate("q1", "200 Gb/sec (4X HDR)")
         _resume(slurm, "q1")
+
+
+@needs_slurm
+def test_gpu_memory_runs_at_both_ends_after_host_memory(slurm: HcaCluster, tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    site = Site(tmp_path, cuda="mlx5_0:1")
+    code, doc, _ = site.sweep(slurm, "q[2-3]")
+    assert code == 0, doc["pairs"]
+    (pair,) = doc["pairs"]["rdma"]["pairs"]
+    assert [(p["memory"], p["status"]) for p in pair["ports"]] == [("host", "ok"), ("gpu 1", "ok")], pair
+    calls = (site.flags / "calls").read_text().splitlines()
+    # the second run on the next out-of-band port, from GPU 1's memory at both ends
+    assert "q2 -d mlx5_0 -p 18516 --report_gbits -s 8388608 -n 5000 --use_cuda=1" in calls
+    assert "q3 -d mlx5_0 -p 18516 --report_gbits -s 8388608 -n 5000 --use_cuda=1 127.0.0.1" in calls
+    if slurm.gres:  # every GPU of the nodes asked for (an exclusive allocation gets none otherwise)
+        assert "--gres=gpu:3" in pair["command"], pair["command"]
+    assert _check(doc, "q2")["status"] == "ok" and site.left_running() == []
 
 
 @needs_slurm
@@ -398,3 +415,20 @@ def test_the_rdma_straggler_is_slow_everywhere_and_proven_by_a_fast_partner() ->
     assert logic.rdma_stragglers(down) == []  # a port down is not a measurement: both nodes fail, none drained
     results = logic.rdma_pair_results("abc", down, [], confirmed=False)
     assert [results[n].status for n in "abc"] == [Status.FAIL, Status.FAIL, Status.FAIL]
+
+
+def test_explain_says_what_the_pair_form_runs_and_for_how_long() -> None:
+    proc = cli("explain", "rdma.bandwidth")
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    for words in (
+        "clustercheck sweep --pairs",
+        "srun -w A,B -N2 --exclusive",
+        "server on A and the same client on B to A's NodeAddr",
+        "matched by HCA name and port number",
+        "TCP port 18515+k",
+        "`run_timeout` (60 s; a server whose client never connects is stopped there",
+        "the pair's whole srun the check's `timeout` (600 s)",
+        "--pairs-checks rdma.bandwidth",
+    ):
+        assert words in out, words

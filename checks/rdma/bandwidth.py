@@ -108,9 +108,11 @@ def bandwidth(
     this check judged on A), the `ib_write_bw -d HCA -p PORT --report_gbits -s SIZE -n ITERATIONS`
     server on A and the same client on B to A's NodeAddr, matched by HCA name and port number (rail
     to rail: mlx5_0 port 1 with mlx5_0 port 1), from host memory and, for the `cuda` pairs, from
-    GPU memory at both ends. Run k listens on perftest's TCP port 18515+k. Each end of each run has
-    `run_timeout` (a server whose client never connects is stopped there, and the pair's other runs
-    are not started), the pair's whole run the check's `timeout` (600 s). Each end is judged
+    GPU memory at both ends. Run k listens on perftest's TCP port 18515+k. One run moves SIZE x
+    ITERATIONS bytes (40 GiB by default: about 2 s at 200 Gb/s); each end of each run has
+    `run_timeout` (60 s; a server whose client never connects is stopped there, and the pair's
+    other runs are not started), the pair's whole srun the check's `timeout` (600 s). It runs with
+    nccl.pairs, or alone with `--pairs-checks rdma.bandwidth`. Each end is judged
     against its own port's rate (or `expected_rate`) with the same threshold, naming the port and
     both nodes; the node slow in every pair it is in is measured once more and drained
     (CHECK_CABLE); the report's `rdma.pairs` names each pair's ports and lowest figure.
