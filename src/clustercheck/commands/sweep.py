@@ -27,6 +27,14 @@ with `--pairs-mounts` as its binds), with NCCL_DEBUG=INFO, judged by nccl.loopba
 (clustercheck.facts.nccl_run). The straggler, the node slow in every pair it is in, is measured
 again and drained (INVESTIGATE) only when the second pass confirms it; a pair that fails
 otherwise (TCP sockets, no GPUDirect RDMA) fails both of its nodes in the report, undrained.
+
+When the profile runs rdma.bandwidth (or `--pairs-checks rdma.bandwidth` says so), the same
+pairs then run its pair form (rdma.pairs): one `srun -w A,B -N2 --label` of
+facts/scripts/rdma_pair.sh, the `ib_write_bw` server on A and the client on B to A's NodeAddr,
+per HCA port (the same HCA name and port number at both ends), from host memory and from the
+GPU memory the profile's `cuda` names, each end bounded by the check's run_timeout and the pair by
+its timeout, each end judged against its own port's rate; the node whose ports are slow in every
+pair it is in is measured again and drained (CHECK_CABLE).
 """
 
 from __future__ import annotations
@@ -1038,7 +1046,8 @@ def sweep(
         typer.Option(
             "--pairs",
             help="After the per-node runs, two-node all_reduce_perf (srun -N2) on pairs of the nodes that passed: "
-            "within each leaf switch and across each leaf boundary (nccl.pairs); drains the straggler.",
+            "within each leaf switch and across each leaf boundary (nccl.pairs), and ib_write_bw per HCA port between "
+            "them when the profile runs rdma.bandwidth (rdma.pairs); drains the straggler.",
         ),
     ] = False,
     pairs_min_busbw: Annotated[
@@ -1109,7 +1118,9 @@ def sweep(
     --pairs: then two-node all_reduce_perf (srun -N2) on pairs of the nodes that passed, within
     each leaf switch of Slurm's topology and across each leaf boundary, inside --pairs-image;
     each pair's transport, GPUDirect RDMA and bus bandwidth go in the report, and the node slow in
-    every pair it is in is drained (INVESTIGATE) once a second measurement confirms it.
+    every pair it is in is drained (INVESTIGATE) once a second measurement confirms it. With
+    rdma.bandwidth in the profile, ib_write_bw also runs between the two nodes of each pair, per
+    HCA port, judged against each end's port rate (rdma.pairs; its straggler: CHECK_CABLE).
     """
     for path, option in ((out_json, "--out-json"), (out_html, "--out-html")):
         cli.check_output(path, option)
