@@ -53,8 +53,8 @@ SENT = {
     ),
     "clustercheck.sweep:RDMA_PAIR_SCRIPT": (
         "rdma_pair.sh",
-        1222,
-        "2065b254453961001d7383673081a2a072d279e1aadc8cdc50f82bf473ea3eb2",
+        1229,
+        "5949e8afe2901f059af985995ad037ff12293bee142bb75ccd22c4290e017e7a",
     ),
     "clustercheck.facts.image:IMAGE_FILE_SCRIPT": (
         "image_file.sh",
@@ -192,7 +192,7 @@ def test_the_loader_fills_placeholders_once_and_refuses_a_mismatch() -> None:
 #: sha256 of the storage script as sent. It was a string in checks/storage.py (14665 characters,
 #: 6f660c93...); as a module it is formatted and typed, so the storage fixtures' recorded argv
 #: was updated to this text (their notes say so) and their outputs kept.
-STORAGE_SENT = (18636, "e3f7e4831d9f8136930ea95d12409c792bd8bdd5b9a9773e3c6c24bb83dbef89")
+STORAGE_SENT = (22923, "a4f784adea1249e77e5526d291405bd05fd0a14069b06660010415740e88c9c5")
 
 
 def test_the_storage_script_is_the_module_sent_as_recorded() -> None:

@@ -305,10 +305,14 @@ def test_perftest_missing_is_an_error_naming_it(slurm: HcaCluster, site: Site) -
     code, doc, _ = site.sweep(slurm, "q[2-3]", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
     assert code == 3, doc["pairs"]
     (pair,) = doc["pairs"]["rdma"]["pairs"]
-    assert pair["status"] == "error" and "ib_write_bw is not installed on q2" in pair["summary"], pair
+    assert pair["status"] == "error", pair
+    assert pair["summary"] == "ib_write_bw is not installed on q2 and q3 (not found): the perftest package holds it"
     check = _check(doc, "q2")
     assert check["status"] == "error" and "install the perftest package" in check["remedy"], check
     assert "DRAIN" not in slurm.state("q2") and doc["sweep"]["q2"]["done"] == "left"
+    assert site.left_running() == [] and slurm.jobs() == []
+    code, doc, stdout = site.sweep(slurm, "q2")  # one node: nothing to pair, and it says so
+    assert code == 0 and doc["pairs"]["rdma"]["pairs"] == [] and "rdma pairs: none measured" in stdout, stdout
 
 
 @needs_slurm
@@ -341,6 +345,10 @@ def test_pairs_checks_are_checked_before_any_node(tmp_path: Path) -> None:
     assert proc.returncode == 64 and "does not run rdma.bandwidth" in proc.stderr, proc.stderr
     proc = cli("sweep", "n1", "--pairs-checks", "rdma.bandwidth")
     assert proc.returncode == 64 and "need --pairs" in proc.stderr
+    profile.write_text("checks:\n  rdma.bandwidth: {devices: ['mlx5_*', 'mlx5_0 mlx5_1']}\n")
+    proc = cli("sweep", "n1", "-p", profile, "--pairs")
+    assert proc.returncode == 64 and "devices entry 'mlx5_*' is not an HCA name" in proc.stderr, proc.stderr
+    assert "devices entry 'mlx5_0 mlx5_1' is not an HCA name" in proc.stderr
 
 
 # -- the pure parts: the script's argv, its output read, the verdicts -----------------------------------

@@ -10,6 +10,7 @@ with the same function the sweep uses for two-node pairs (`judge_bw`). This modu
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,11 +37,14 @@ class RdmaBandwidthError(HostError):
 
 
 def validate(params: Mapping[str, Any], profiles: tuple[str, ...]) -> list[str]:
-    """Load-time rules: a fraction in (0, 1], HCA:GPU pairs, no prolog profile."""
+    """Load-time rules: a fraction in (0, 1], HCA names, HCA:GPU pairs, no prolog profile."""
     problems = []
     fraction = params.get("min_fraction")
     if not isinstance(fraction, float) or not 0 < fraction <= 1:
         problems.append(f"min_fraction must be above 0 and at most 1 (0.9 = 90% of the port's rate), got {fraction!r}")
+    for hca in params.get("devices", ()):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", hca):
+            problems.append(f"devices entry {hca!r} is not an HCA name as sysfs lists them (e.g. mlx5_0)")
     for pair in params.get("cuda", ()):
         hca, sep, gpu = pair.partition(":")
         if not sep or not hca or not gpu.isdigit():

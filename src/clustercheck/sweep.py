@@ -597,8 +597,8 @@ class RdmaSpec(NamedTuple):
     @classmethod
     def from_params(cls, params: Mapping[str, Any], timeout: float) -> RdmaSpec:
         fields = {k: params[k] for k in cls._fields if k in params}
-        return cls(**{**fields, "devices": tuple(fields.get("devices", ())), "cuda": tuple(fields.get("cuda", ()))},
-                   budget=float(timeout))  # fmt: skip
+        fields.update(devices=tuple(fields.get("devices", ())), cuda=tuple(fields.get("cuda", ())))
+        return cls(**fields, budget=float(timeout))
 
 
 def rdma_runs(spec: RdmaSpec, hcas: Sequence[str]) -> list[str]:
@@ -679,14 +679,11 @@ def judge_rdma_pair(
 
     sides = read_pair_sides(stdout)
     said = " ".join(stderr.split())[-300:]
-    for node in pair.nodes:
-        side = sides.get(node)
-        if side is not None and side.missing:
-            return RdmaPairRun(
-                pair, Status.ERROR, f"{side.missing} is not installed on {node} ({pair.name}: not found)",
-                remedy=f"install the {PACKAGE} package (it holds ib_write_bw) on every node, or set rdma.bandwidth's "
-                "`binary` to its path", command=command,
-            )  # fmt: skip
+    missing = [node for node in pair.nodes if node in sides and sides[node].missing]
+    if missing:
+        why = f"{spec.binary} is not installed on {' and '.join(missing)} (not found): the {PACKAGE} package holds it"
+        remedy = f"install the {PACKAGE} package on every node, or set rdma.bandwidth's `binary` to its path"
+        return RdmaPairRun(pair, Status.ERROR, why, remedy=remedy, command=command)
     if not sides:
         why = f"the pair script printed nothing on {pair.a} or {pair.b}" + (f": {said}" if said else "")
         return RdmaPairRun(pair, Status.ERROR, why, command=command)

@@ -717,7 +717,7 @@ class Sweeper:
             why = f"Slurm did not give {pair.a} and {pair.b} to the sweep (a job took one?): {said}"
             return logic.RdmaPairRun(pair, Status.SKIP, why, command=shown, seconds=srun_s)
         run = logic.judge_rdma_pair(pair, stdout, stderr, spec, runs, server_addr=addr, command=shown)
-        if run.status is Status.ERROR and returncode != 0 and not run.ports:
+        if not stdout.strip():  # srun's own failure: its exit code beside what it said
             run = run._replace(summary=f"{run.summary} (srun exited {returncode})")
         return run._replace(seconds=srun_s)
 

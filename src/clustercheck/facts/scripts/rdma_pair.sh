@@ -13,7 +13,9 @@
 # server whose client never comes stops there, and a client retries a refused connection (its
 # server may still be starting; perftest says "Couldn't connect") a second apart until then.
 # After a run that timed out neither end starts another (the other end gave up too): the rest
-# are reported as not run. Lines starting with `#` are not sent.
+# are reported as not run. No globbing (`set -f`): RUNS is split on blanks only. Lines starting
+# with `#` are not sent.
+set -f
 server=$1; addr=$2; b=$3; port=$4; t=$5; oob=$6; runs=$7; shift 7
 me=${SLURMD_NODENAME:-}
 if [ "$me" = "$server" ]; then role=server; else role=client; fi
