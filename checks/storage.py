@@ -337,10 +337,13 @@ def read_pattern(
     where the filesystem supports it (and `o_direct` is true), else dropped with
     posix_fadvise(DONTNEED) before each phase; the evidence says which (tmpfs lives in
     memory: its figures are memory speed either way). The small files' dentries and
-    inodes stay cached after they are written, so files/s is an upper bound. Everything
-    runs within `budget` seconds (phases stop at their share of it, or when the random
-    phases reach 20000 reads per reader) and the folder is removed on success, failure,
-    timeout and SIGTERM. It refuses to run when the writes would leave less than
+    inodes stay cached after they are written, so files/s is an upper bound. In each read
+    phase the readers open their files (and draw their random offsets) first and start
+    together, and a figure is over the span from the first reader's start to the last one's
+    end; a random phase ends for all readers once one has done 20000 reads (as fio's jobs run
+    for the same time), and each read's latency is timed. Everything runs within `budget`
+    seconds (phases stop at their share of it) and the folder is removed on success,
+    failure, timeout and SIGTERM. It refuses to run when the writes would leave less than
     `free_margin` of the filesystem free. Thresholds: `min_seq_mb_s` or
     `per_gpu_seq_mb_s` x GPU count (the larger of the two), likewise `min_iops_4k` /
     `per_gpu_iops_4k` and `min_files_s` / `per_gpu_files_s`; `min_iops_128k`, `max_p99_ms`

@@ -21,6 +21,7 @@ import marshal
 import mmap
 import os
 import random
+import select
 import shutil
 import signal
 import sys
@@ -59,7 +60,7 @@ def drop(path: str, sync: bool = True) -> None:
         os.close(fd)
 
 
-def parallel(n: int, fn: "Callable[[int], None]") -> float:
+def parallel(n: int, fn: "Callable[[int], None]", started: "Callable[[], None] | None" = None) -> float:
     errs: list[str] = []
 
     def run(i: int) -> None:
@@ -73,11 +74,51 @@ def parallel(n: int, fn: "Callable[[int], None]") -> float:
     t = time.monotonic()
     for th in ts:
         th.start()
+    if started is not None:
+        started()
     for th in ts:
         th.join()
     if errs:
         raise RuntimeError(errs[0])
     return time.monotonic() - t
+
+
+class Gate:
+    """Readers start reading together, once all are ready: the time each spends opening its files and
+    drawing its offsets is not part of what is measured (nor is fio's job set-up). Readers may be
+    threads of this process or of its worker processes: pipes made before the fork. A reader says
+    it is ready (a byte down `ready`) and waits until `go` reads as closed; `release()` (this
+    process's main thread) closes it once every reader is ready, or at the phase's deadline."""
+
+    def __init__(self, n: int, until: float) -> None:
+        self.n, self.until = n, until
+        self.ready_r, self.ready_w = os.pipe()
+        self.go_r, self.go_w = os.pipe()
+
+    def ready(self) -> None:
+        os.write(self.ready_w, b"r")
+
+    def wait(self) -> None:
+        select.select([self.go_r], [], [], max(0.0, self.until - time.monotonic()))
+
+    def in_worker(self) -> None:  # a forked worker: only this process's main thread may open the gate
+        os.close(self.go_w)
+        os.close(self.ready_r)
+
+    def release(self) -> None:
+        left = self.n
+        try:
+            while left > 0:
+                t = self.until - time.monotonic()
+                if t <= 0 or not select.select([self.ready_r], [], [], t)[0]:
+                    break
+                left -= len(os.read(self.ready_r, left))
+        finally:
+            os.close(self.go_w)
+
+    def close(self) -> None:
+        for fd in (self.ready_r, self.ready_w, self.go_r):
+            os.close(fd)
 
 
 def _worker(
@@ -86,24 +127,22 @@ def _worker(
     w: int,
     fn: "Callable[[int], None]",
     until: float,
-    lat: "list[list[float]]",
-    got: "list[int]",
+    per: "dict[str, list[Any]]",
     me: int,
     prctl: "Callable[..., int] | None",
     wfd: int,
 ) -> None:
-    """Worker process j: readers j, j+w, ... as its threads; sends its result down `wfd`."""
+    """Worker process j: readers j, j+w, ... as its threads; sends their results down `wfd`."""
     signal.alarm(max(1, int(until - time.monotonic()) + 5))
     if prctl is not None:
         prctl(1, signal.SIGKILL)
     if os.getppid() != me:
         os._exit(1)
     ids = list(range(j, n, w))
-    t = time.monotonic()
     res: dict[str, Any]
     try:
         parallel(len(ids), lambda k: fn(ids[k]))
-        res = {"t": (t, time.monotonic()), "got": [got[i] for i in ids], "lat": [lat[i] for i in ids]}
+        res = {key: [values[i] for i in ids] for key, values in per.items()}
     except BaseException as e:
         res = {"err": f"{type(e).__name__}: {e}"}
     data = memoryview(marshal.dumps(res))
@@ -111,13 +150,11 @@ def _worker(
         data = data[os.write(wfd, data) :]
 
 
-def forked(
-    n: int, w: int, fn: "Callable[[int], None]", until: float, lat: "list[list[float]]", got: "list[int]"
-) -> float:
+def forked(n: int, w: int, fn: "Callable[[int], None]", until: float, per: "dict[str, list[Any]]", gate: Gate) -> None:
     # readers i, i+w, ... run as threads of worker process j = i % w: one interpreter lock per
     # process, like fio, whose jobs are processes. A worker never returns into this script
     # (os._exit: no cleanup, no print), dies with this process (PR_SET_PDEATHSIG) and stops at
-    # `until` like a thread.
+    # `until` like a thread. Each reader's results (per[key][i]) come back down a pipe.
     prctl: Callable[..., int] | None
     try:
         import ctypes
@@ -128,7 +165,6 @@ def forked(
     me = os.getpid()
     kids: list[tuple[int, int, int]] = []
     errs: list[str] = []
-    spans: list[tuple[float, float]] = []
     try:
         for j in range(min(w, n)):
             rfd, wfd = os.pipe()
@@ -136,11 +172,13 @@ def forked(
             if pid == 0:
                 try:
                     os.close(rfd)
-                    _worker(j, n, w, fn, until, lat, got, me, prctl, wfd)
+                    gate.in_worker()
+                    _worker(j, n, w, fn, until, per, me, prctl, wfd)
                 finally:
                     os._exit(0)
             os.close(wfd)
             kids.append((pid, rfd, j))
+        gate.release()
         for _pid, rfd, j in kids:
             chunks = []
             while True:
@@ -155,10 +193,9 @@ def forked(
             if "err" in res:
                 errs.append(res["err"])
                 continue
-            spans.append(res["t"])
-            for k, i in enumerate(range(j, n, w)):
-                got[i] = res["got"][k]
-                lat[i] = res["lat"][k]
+            for key, values in per.items():
+                for k, i in enumerate(range(j, n, w)):
+                    values[i] = res[key][k]
     finally:
         for pid, rfd, _j in kids:
             os.close(rfd)
@@ -170,7 +207,6 @@ def forked(
                 pass
     if errs:
         raise RuntimeError(errs[0])
-    return max(b for _, b in spans) - min(a for a, _ in spans)
 
 
 def write_files(d: str, n: int, size: int, until: float, sync: bool) -> "tuple[list[int], float, list[str]]":
@@ -204,59 +240,129 @@ def pct(xs: "list[float]", p: float) -> "float | None":
     return round(xs[min(len(xs) - 1, int(len(xs) * p))] * 1000, 3) if xs else None
 
 
+#: Offsets a random reader draws before it starts (it reads them again in turn past that many).
+DRAWN = 1 << 15
+
+
 def reads(
     d: str, files: "list[str]", sizes: "list[int]", n: int, bs: int, until: float, direct: bool, rnd: bool, w: int = 1
 ) -> "dict[str, Any]":
-    lat: list[list[float]] = [[] for _ in range(n)]
-    got = [0] * n
+    # per reader: bytes, reads, latencies (random reads) and its span (first and last moment of reading)
+    per: dict[str, list[Any]] = {"got": [0] * n, "ops": [0] * n, "lat": [[] for _ in range(n)], "span": [None] * n}
+    gate = Gate(n, until)
+    stop = mmap.mmap(-1, 1)  # shared with the worker processes: a random reader that ends stops them all
 
     def r(i: int) -> None:
-        buf = mmap.mmap(-1, bs)
-        fds = [opener(os.path.join(d, f), direct) for f in files]
-        rng = random.Random(i)
+        fds: list[int] = []
+        buf: mmap.mmap | None = None
         try:
+            try:
+                buf = mmap.mmap(-1, bs)  # page-aligned, as O_DIRECT needs; filled in place, no object per read
+                for f in files:
+                    fds.append(opener(os.path.join(d, f), direct))
+                if rnd:
+                    for fd in fds:
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+                    rng = random.Random(i)
+                    chunks = draw(rng, fds, sizes, bs)
+            finally:
+                gate.ready()
+            gate.wait()
             if rnd:
-                for fd in fds:
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-                # the cost of this loop caps IOPS on fast drives: locals, the stop flag and the deadline
-                # every 64 reads, offsets from rng.random() (randrange costs twice as much)
-                mono, pread, rand, bufs, add, nf = time.monotonic, os.preadv, rng.random, [buf], lat[i].append, len(fds)
-                blocks = [max(1, z // bs) for z in sizes]
-                left_ops = A["max_ops"]
-                n_got = 0
-                t1 = mono()
-                while t1 < until and left_ops > 0 and not STOP.is_set():
-                    for _ in range(min(64, left_ops)):
-                        k = int(rand() * nf)
-                        off = int(rand() * blocks[k]) * bs
-                        t = mono()
-                        n_got += pread(fds[k], bufs, off)
-                        t1 = mono()
-                        add(t1 - t)
-                    left_ops = A["max_ops"] - len(lat[i])
-                got[i] += n_got
+
+                def more() -> "list[list[tuple[int, int]]]":
+                    return draw(rng, fds, sizes, bs)
+
+                per["span"][i], per["got"][i], per["ops"][i] = rand_reads(chunks, more, buf, until, stop, per["lat"][i])
             else:
+                t0 = time.monotonic()
+                got = 0
                 cap = A["size"] // n  # files i, i+n, ... (a file per reader when they are as many)
                 for k in range(i, len(fds), n) if i < len(fds) else [i % len(fds)]:
                     off = 0
-                    end = min(sizes[k], cap - got[i])
+                    end = min(sizes[k], cap - got)
                     while off < end and time.monotonic() < until and not STOP.is_set():
                         m = os.preadv(fds[k], [buf], off)
                         if m <= 0:
                             break
                         off += m
-                        got[i] += m
+                        got += m
+                per["span"][i], per["got"][i] = (t0, time.monotonic()), got
         finally:
+            if rnd:
+                stop[0] = 1
             for fd in fds:
                 os.close(fd)
-            buf.close()
+            if buf is not None:
+                buf.close()
 
-    secs = forked(n, w, r, until, lat, got) if w > 1 else parallel(n, r)
-    xs = sorted(x for per_reader in lat for x in per_reader)
-    res: dict[str, Any] = {"bytes": sum(got), "seconds": round(secs, 4), "mb_s": round(sum(got) / secs / 1e6, 1)}
+    # (on an exception, readers may still run: the gate's pipes and `stop` are left to the exit)
+    if w > 1:
+        forked(n, w, r, until, per, gate)
+    else:
+        parallel(n, r, gate.release)
+    gate.close()
+    spans = [s for s in per["span"] if s]
+    if not spans:
+        raise RuntimeError("no reader started")
+    secs = max(1e-6, max(b for _, b in spans) - min(a for a, _ in spans))
+    got = sum(per["got"])
+    res: dict[str, Any] = {"bytes": got, "seconds": round(secs, 4), "mb_s": round(got / secs / 1e6, 1)}
     if rnd:
-        res.update(ops=len(xs), iops=round(len(xs) / secs, 1), p50_ms=pct(xs, 0.5), p99_ms=pct(xs, 0.99))
+        xs = sorted(x for per_reader in per["lat"] for x in per_reader)
+        ops = sum(per["ops"])
+        res.update(ops=ops, iops=round(ops / secs, 1), p50_ms=pct(xs, 0.5), p99_ms=pct(xs, 0.99))
     return res
+
+
+def draw(rng: "random.Random", fds: "list[int]", sizes: "list[int]", bs: int) -> "list[list[tuple[int, int]]]":
+    """A random reader's next reads, drawn before it starts: (fd, offset) of a whole block of a file
+    chosen at random, in chunks of 64 (the reader looks at the clock and the stop flag after each)."""
+    rand = rng.random
+    blocks = [max(1, z // bs) for z in sizes]
+    nf = len(fds)
+    todo = min(A["max_ops"], DRAWN)
+    chunks = []
+    for s in range(0, todo, 64):
+        chunk = []
+        for _ in range(min(64, todo - s)):
+            k = int(rand() * nf)
+            chunk.append((fds[k], int(rand() * blocks[k]) * bs))
+        chunks.append(chunk)
+    return chunks
+
+
+def rand_reads(
+    chunks: "list[list[tuple[int, int]]]",
+    more: "Callable[[], list[list[tuple[int, int]]]]",
+    buf: "mmap.mmap",
+    until: float,
+    stop: "mmap.mmap",
+    lat: "list[float]",
+) -> "tuple[tuple[float, float], int, int]":
+    """The timed loop of one random reader: ((start, end), bytes, reads); each read's latency goes
+    into `lat`. The loop is what caps IOPS on a fast drive, so per read it does only the read, one
+    clock reading and one append: a read's latency is the time from the clock reading before it to
+    the one after it (the read, plus the loop's own fraction of a microsecond). It ends when it has
+    done max_ops reads, at `until`, or when another reader ended (`stop`), checked every chunk. Past
+    the reads drawn beforehand (DRAWN), it draws more as it goes (never the same offsets again: they
+    could be in the page cache where O_DIRECT is not used)."""
+    mono, pread, bufs, add = time.monotonic, os.preadv, [buf], lat.append
+    want = A["max_ops"]
+    got = ops = 0
+    t = t0 = mono()
+    while chunks:
+        for chunk in chunks:
+            for fd, off in chunk:
+                got += pread(fd, bufs, off)
+                t1 = mono()
+                add(t1 - t)
+                t = t1
+            ops += len(chunk)
+            if ops >= want or t >= until or stop[0] or STOP.is_set():
+                return (t0, t), got, ops
+        chunks = more()
+    return (t0, t), got, ops
 
 
 def scan(root: str, until: float) -> "tuple[list[tuple[str, int]], list[tuple[str, int]]]":
