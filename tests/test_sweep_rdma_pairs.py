@@ -46,6 +46,7 @@ from clustercheck.result import Status
 
 TREE = CORPUS / "ib_sysfs" / "gpud-sys-class-infiniband-h100.0"
 HDR8M = CORPUS / "perftest" / "superbench-ib_write_bw-loopback-8M-hdr.log.txt"
+NCCL_RUN = CORPUS / "nccl_logs" / "aws-efa-eks-p4d-2node-nccl2.9.9-efa-gdrdma-allreduce.txt"
 NODES = ["q1", "q2", "q3"]
 
 # perftest's options that take a value (the ones the pair script passes, and -x / -i / -m)
@@ -276,6 +277,24 @@ def test_gpu_memory_runs_at_both_ends_after_host_memory(slurm: HcaCluster, tmp_p
     if slurm.gres:  # every GPU of the nodes asked for (an exclusive allocation gets none otherwise)
         assert "--gres=gpu:3" in pair["command"], pair["command"]
     assert _check(doc, "q2")["status"] == "ok" and site.left_running() == []
+
+
+@needs_slurm
+def test_both_pair_forms_side_by_side_in_the_report(slurm: HcaCluster, site: Site) -> None:
+    # nccl.pairs beside rdma.pairs: the stand-in all_reduce_perf prints, from rank 0, the corpus's
+    # real two-node EFA run with GPUDirect RDMA (tests/test_sweep_pairs.py's healthy run)
+    tool = site.bin / "all_reduce_perf"
+    tool.write_text(f"#!/bin/sh\n[ \"${{SLURM_PROCID:-0}}\" = 0 ] || exit 0\nexec cat '{NCCL_RUN}'\n")
+    tool.chmod(0o755)
+    code, doc, stdout = site.sweep(slurm, "q[2-3]", "--pairs-checks", "nccl.pairs,rdma.bandwidth")
+    assert code == 0, doc["pairs"]
+    assert doc["pairs"]["checks"] == ["nccl.pairs", "rdma.pairs"]
+    (nccl,) = doc["pairs"]["pairs"]
+    assert (nccl["status"], nccl["transport"], nccl["gdr"], nccl["busbw"]) == ("ok", "ofi", True, 43.81)
+    (rdma,) = doc["pairs"]["rdma"]["pairs"]
+    assert rdma["status"] == "ok" and rdma["nodes"] == nccl["nodes"] == ["q2", "q3"]
+    assert [c["id"] for c in doc["hosts"]["q2"]["checks"]] == ["rdma.bandwidth", "nccl.pairs", "rdma.pairs"]
+    assert "pair q2+q3 ((no leaf)): ok: ofi, GDR, 43.81 GB/s" in stdout and "rdma pair q2+q3 ((no leaf)): ok" in stdout
 
 
 @needs_slurm
