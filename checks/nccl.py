@@ -221,7 +221,8 @@ def log(
     cuts: dict[str, list[int]] = {}
     for path in files:
         argv = ("sh", "-c", _GREP_SCRIPT, "sh", path, GREP_PATTERN)
-        result = host.run(*argv, shown_as=shown_with(argv, _GREP_SCRIPT, "'<nccl log grep script>'"))
+        shown = shown_with(argv, _GREP_SCRIPT, "'<nccl log grep script>'")
+        result = host.run(*argv, shown_as=shown.replace(shlex.quote(GREP_PATTERN), "'<nccl_log.GREP_PATTERN>'"))
         if result.exit_code == 127:
             raise HostError(host.name, f"cannot tell: grep, cut or awk is not installed on the node: {_short(result)}")
         if result.timed_out:

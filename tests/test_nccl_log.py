@@ -779,7 +779,9 @@ def test_a_log_named_with_a_newline_gets_no_other_file_read(tmp_path: Path) -> N
     assert (run.returncode, result["status"]) == (0, "ok"), run.stdout + run.stderr
     assert sorted(result["data"]["files"]) == [str(jobs / "slurm-1.out")]
     assert "matching none of the paths' globs ('stolen.out')" in " ".join(result["evidence"])
-    assert not any("stolen" in line and "sh -c" in line for line in result["evidence"])  # never grepped
+    grep = "$ sh -c '<nccl log grep script>' sh "
+    grepped = [e[len(grep) :].split()[0] for e in result["evidence"] if e.startswith(grep)]
+    assert grepped == [f"{jobs}/slurm-9.out", f"{jobs}/slurm-1.out"]  # the newest first; stolen.out never
 
 
 def test_only_names_matching_no_glob_cannot_tell(tmp_path: Path) -> None:
