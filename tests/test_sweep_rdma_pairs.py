@@ -238,8 +238,9 @@ def test_a_healthy_pair_passes_and_the_node_with_a_degraded_port_is_drained(slur
         assert doc["sweep"]["q1"]["done"] == "drained" and "DRAIN" in slurm.state("q1")
         reason = slurm.reason("q1") or ""
         assert reason.startswith(
-            "clustercheck: rdma.pairs: q1's ports are slow in every pair it is in (measured twice)"
-        )
+            "clustercheck: rdma.pairs: q1: mlx5_0 port 1 slow in every pair it is in (measured twice): with q2 "
+            "(leaf (no leaf)): fail, lowest 201.8 Gb/s = 50.5% of 400 Gb/s (q1 mlx5_0 port 1)"
+        ), reason
         assert reason.endswith("action=CHECK_CABLE")
         for node in ("q2", "q3"):
             check = _check(doc, node)

@@ -764,7 +764,8 @@ def _judge_end(role: str, node: str, side: Any, run: str, spec: RdmaSpec) -> dic
     from clustercheck.facts.perftest import PerftestParseError, judge_bw, parse_bw
 
     hca, _, memory = run.partition(":")
-    entry: dict[str, Any] = {"node": node, "role": role}
+    where = f"{hca} port {spec.port}" + ("" if memory == "host" else f" from GPU {memory}")
+    entry: dict[str, Any] = {"node": node, "role": role, "where": where}
 
     def said(status: str, message: str, action: str = "", measured: bool = False, **more: Any) -> dict[str, Any]:
         entry.update(status=status, message=message, **more)
@@ -848,10 +849,13 @@ def rdma_pair_results(
         evidence = tuple(f"{r.pair.name}: {r.status.value}: {r.summary}" for r in mine)
         if node in slow_nodes:
             second = " (measured twice)" if confirmed else ""
+            ports = [e["where"] for r in mine for p in r.ports for e in (p.get("server"), p.get("client"))
+                     if e and e.get("node") == node and e.get("measured")]  # fmt: skip
+            named = ", ".join(dict.fromkeys(ports)) or "its ports"
             results[node] = CheckResult(
                 RDMA_PAIRS_CHECK,
                 Status.FAIL,
-                f"{node}'s ports are slow in every pair it is in{second}: {shown}",
+                f"{node}: {named} slow in every pair it is in{second}: {shown}",
                 evidence,
                 "its partners are fast in their other pairs: reseat or replace the named port's cable or transceiver "
                 f"on {node} (`mlxlink -d HCA`), check its NIC's PCIe link",
@@ -887,5 +891,6 @@ def _rdma_line(run: RdmaPairRun, node: str) -> str:
     low = run.lowest
     if low is None:
         return f"with {other} ({where}): {run.status.value}"
-    lowest = f"lowest {low['gbps']:g} Gb/s = {low['fraction']:.1%} ({low['node']})"
+    figure = f"{low['gbps']:g} Gb/s = {low['fraction']:.1%} of {low['rate_gbps']:g} Gb/s"
+    lowest = f"lowest {figure} ({low['node']} {low['where']})"
     return f"with {other} ({where}): {run.status.value}, {lowest}"
