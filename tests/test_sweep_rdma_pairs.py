@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tests.helpers import CORPUS, FIXTURES, cli
 from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, short_tmpdir
 
@@ -460,3 +462,26 @@ def test_explain_says_what_the_pair_form_runs_and_for_how_long() -> None:
         "--pairs-checks rdma.bandwidth",
     ):
         assert words in out, words
+
+
+WHOLE = _ends("4: ACTIVE", "200 Gb/sec (4X HDR)", HDR8M.read_text())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(min_value=0, max_value=len(WHOLE.splitlines()) - 1))
+def test_a_cut_pair_output_is_never_a_pass(lines: int) -> None:
+    spec = SPEC._replace(cuda=())
+    assert logic.judge_rdma_pair(PAIR, WHOLE, "", spec, ["mlx5_0:host"], server_addr="x").status is Status.OK
+    cut = "\n".join(WHOLE.splitlines()[:lines])
+    run = logic.judge_rdma_pair(PAIR, cut, "", spec, ["mlx5_0:host"], server_addr="x")
+    assert run.status is Status.ERROR, (lines, run.summary)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(WHOLE.splitlines()) | st.text(max_size=80), max_size=40))
+def test_garbage_pair_output_is_never_a_pass_and_never_raises(lines: list[str]) -> None:
+    text = "\n".join(lines)
+    read_pair_sides(text)
+    run = logic.judge_rdma_pair(PAIR, text, "", SPEC, logic.rdma_runs(SPEC, ["mlx5_0"]), server_addr="x")
+    # a pass needs both ends of both runs (host memory and GPU 3): the lines of a host-memory run never are
+    assert run.status is not Status.OK, run.summary
