@@ -17,7 +17,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from clustercheck.probes.nvml import CLOCK_REASONS, NOT_VALUES, Gpu, GpuProcess, GpuRecord, parse_nvidia_smi_xml
+from clustercheck.probes.nvml import (
+    CLOCK_REASONS,
+    NOT_VALUES,
+    Gpu,
+    GpuProcess,
+    GpuRecord,
+    parse_nvidia_smi_xml,
+    smi_compute_mode,
+    smi_flag,
+    smi_int,
+    smi_watts,
+)
 
 _NOT_VALUES = {"", "ERR!", "[ERR!]", *NOT_VALUES}
 MAX_LINE = 4096  # a longer line is no nvidia-smi line: cut before matching
@@ -77,31 +88,6 @@ def _tree(text: str) -> _Node:
     return root
 
 
-def _int(text: str | None) -> int | None:
-    """'16x' -> 16, '29 C' -> 29, '81559 MiB' -> 81559, '1980 MHz' -> 1980; None otherwise."""
-    if text is None:
-        return None
-    m = re.match(r"^(\d{1,12})\s*(?:x|C|MiB|MHz)?$", text)
-    return int(m.group(1)) if m else None
-
-
-def _watts(text: str | None) -> float | None:
-    if text is None:
-        return None
-    m = re.match(r"^(\d{1,9}(?:\.\d{1,6})?)\s*W$", text)
-    return float(m.group(1)) if m else None
-
-
-def _flag(text: str | None, yes: str, no: str) -> bool | None:
-    if text is None:
-        return None
-    return True if text.lower() == yes.lower() else False if text.lower() == no.lower() else None
-
-
-def _compute_mode(text: str | None) -> str | None:
-    return text.upper().replace(" ", "_") if text else None
-
-
 # -q's clock event reason names -> the record's (nvidia-smi XML's) names
 _Q_REASONS = {
     "Idle": "gpu_idle",
@@ -130,9 +116,9 @@ def _q_uncorrected(scope: _Node | None) -> int | None:
     """Uncorrectable ECC errors of `Volatile` or `Aggregate`, as the XML reader sums them."""
     if scope is None:
         return None
-    counts = [_int(c.text()) for c in scope.children if "uncorrectable" in c.key.lower()]
+    counts = [smi_int(c.text()) for c in scope.children if "uncorrectable" in c.key.lower()]
     if not counts:
-        counts = [_int(scope.text("Double Bit", "Total"))]
+        counts = [smi_int(scope.text("Double Bit", "Total"))]
     known = [c for c in counts if c is not None]
     return sum(known) if known else None
 
@@ -147,9 +133,9 @@ def _q_processes(gpu: _Node) -> tuple[GpuProcess, ...] | None:
     for entry in block.children:
         if entry.key != "Process ID":
             continue
-        pid = _int(entry.text())
+        pid = smi_int(entry.text())
         if pid is not None:
-            used = _int(entry.text("Used GPU Memory"))
+            used = smi_int(entry.text("Used GPU Memory"))
             found.append(GpuProcess(pid, entry.text("Name"), used, entry.text("Type")))
     return tuple(sorted(found, key=lambda p: p.pid))
 
@@ -166,7 +152,7 @@ def _q_fabric(gpu: _Node) -> Gpu:
         index=0,
         fabric_state=raw if raw and raw not in _NOT_VALUES else ("N/A" if raw else None),
         fabric_status=block.text("Status"),
-        fabric_clique_id=_int(block.text("CliqueId")),
+        fabric_clique_id=smi_int(block.text("CliqueId")),
         fabric_cluster_uuid=block.text("ClusterUUID"),
         fabric_health=block.text("Health", "Summary"),
     )
@@ -195,45 +181,45 @@ def _q_gpu(index: int, bus_id: str, gpu: _Node) -> Gpu:
         uuid=gpu.text("GPU UUID"),
         pci_bus_id=(gpu.text("PCI", "Bus Id") or bus_id).upper(),
         architecture=gpu.text("Product Architecture"),
-        persistence_mode=_flag(gpu.text("Persistence Mode"), "Enabled", "Disabled"),
-        compute_mode=_compute_mode(gpu.text("Compute Mode")),
-        mig_current=_flag(gpu.text("MIG Mode", "Current"), "Enabled", "Disabled"),
-        mig_pending=_flag(gpu.text("MIG Mode", "Pending"), "Enabled", "Disabled"),
-        ecc_current=_flag(gpu.text("ECC Mode", "Current"), "Enabled", "Disabled"),
-        ecc_pending=_flag(gpu.text("ECC Mode", "Pending"), "Enabled", "Disabled"),
+        persistence_mode=smi_flag(gpu.text("Persistence Mode"), "Enabled", "Disabled"),
+        compute_mode=smi_compute_mode(gpu.text("Compute Mode")),
+        mig_current=smi_flag(gpu.text("MIG Mode", "Current"), "Enabled", "Disabled"),
+        mig_pending=smi_flag(gpu.text("MIG Mode", "Pending"), "Enabled", "Disabled"),
+        ecc_current=smi_flag(gpu.text("ECC Mode", "Current"), "Enabled", "Disabled"),
+        ecc_pending=smi_flag(gpu.text("ECC Mode", "Pending"), "Enabled", "Disabled"),
         ecc_volatile_uncorrected=_q_uncorrected(errors.find("Volatile") if errors else None),
         ecc_aggregate_uncorrected=_q_uncorrected(errors.find("Aggregate") if errors else None),
-        retired_pages_sbe=_int(at(retired, "Single Bit ECC")),
-        retired_pages_dbe=_int(at(retired, "Double Bit ECC")),
-        retired_pages_pending=_flag(pending, "Yes", "No"),
-        remapped_rows_correctable=_int(at(remap, "Correctable Error")),
-        remapped_rows_uncorrectable=_int(at(remap, "Uncorrectable Error")),
-        remap_pending=_flag(at(remap, "Pending"), "Yes", "No"),
-        remap_failure=_flag(at(remap, "Remapping Failure Occurred"), "Yes", "No"),
-        pcie_gen_current=_int(at(gen, "Current")),
-        pcie_gen_max=_int(at(gen, "Max")),
-        pcie_width_current=_int(at(width, "Current")),
-        pcie_width_max=_int(at(width, "Max")),
+        retired_pages_sbe=smi_int(at(retired, "Single Bit ECC")),
+        retired_pages_dbe=smi_int(at(retired, "Double Bit ECC")),
+        retired_pages_pending=smi_flag(pending, "Yes", "No"),
+        remapped_rows_correctable=smi_int(at(remap, "Correctable Error")),
+        remapped_rows_uncorrectable=smi_int(at(remap, "Uncorrectable Error")),
+        remap_pending=smi_flag(at(remap, "Pending"), "Yes", "No"),
+        remap_failure=smi_flag(at(remap, "Remapping Failure Occurred"), "Yes", "No"),
+        pcie_gen_current=smi_int(at(gen, "Current")),
+        pcie_gen_max=smi_int(at(gen, "Max")),
+        pcie_width_current=smi_int(at(width, "Current")),
+        pcie_width_max=smi_int(at(width, "Max")),
         clocks_event_reasons=_q_reasons(gpu),
-        temperature_c=_int(gpu.text("Temperature", "GPU Current Temp")),
+        temperature_c=smi_int(gpu.text("Temperature", "GPU Current Temp")),
         vbios_version=gpu.text("VBIOS Version"),
         inforom_image=gpu.text("Inforom Version", "Image Version"),
-        pcie_gen_device_max=_int(at(gen, "Device Max")),
-        pcie_gen_host_max=_int(at(gen, "Host Max")),
+        pcie_gen_device_max=smi_int(at(gen, "Device Max")),
+        pcie_gen_host_max=smi_int(at(gen, "Host Max")),
         performance_state=gpu.text("Performance State"),
-        power_draw_w=_watts(at(power, "Power Draw")),
-        power_limit_w=_watts(at(power, "Current Power Limit") or at(power, "Enforced Power Limit")),
-        power_limit_default_w=_watts(at(power, "Default Power Limit")),
-        power_limit_min_w=_watts(at(power, "Min Power Limit")),
-        power_limit_max_w=_watts(at(power, "Max Power Limit")),
-        clocks_app_graphics_mhz=_int(gpu.text("Applications Clocks", "Graphics")),
-        clocks_app_memory_mhz=_int(gpu.text("Applications Clocks", "Memory")),
-        clocks_default_app_graphics_mhz=_int(gpu.text("Default Applications Clocks", "Graphics")),
-        clocks_default_app_memory_mhz=_int(gpu.text("Default Applications Clocks", "Memory")),
-        clocks_max_graphics_mhz=_int(gpu.text("Max Clocks", "Graphics")),
-        clocks_max_memory_mhz=_int(gpu.text("Max Clocks", "Memory")),
-        memory_used_mib=_int(gpu.text("FB Memory Usage", "Used")),
-        memory_total_mib=_int(gpu.text("FB Memory Usage", "Total")),
+        power_draw_w=smi_watts(at(power, "Power Draw")),
+        power_limit_w=smi_watts(at(power, "Current Power Limit") or at(power, "Enforced Power Limit")),
+        power_limit_default_w=smi_watts(at(power, "Default Power Limit")),
+        power_limit_min_w=smi_watts(at(power, "Min Power Limit")),
+        power_limit_max_w=smi_watts(at(power, "Max Power Limit")),
+        clocks_app_graphics_mhz=smi_int(gpu.text("Applications Clocks", "Graphics")),
+        clocks_app_memory_mhz=smi_int(gpu.text("Applications Clocks", "Memory")),
+        clocks_default_app_graphics_mhz=smi_int(gpu.text("Default Applications Clocks", "Graphics")),
+        clocks_default_app_memory_mhz=smi_int(gpu.text("Default Applications Clocks", "Memory")),
+        clocks_max_graphics_mhz=smi_int(gpu.text("Max Clocks", "Graphics")),
+        clocks_max_memory_mhz=smi_int(gpu.text("Max Clocks", "Memory")),
+        memory_used_mib=smi_int(gpu.text("FB Memory Usage", "Used")),
+        memory_total_mib=smi_int(gpu.text("FB Memory Usage", "Total")),
         processes=_q_processes(gpu),
         fabric_state=fabric.fabric_state,
         fabric_status=fabric.fabric_status,
@@ -258,7 +244,7 @@ def parse_nvidia_smi_q(text: str) -> GpuRecord:
             "not `nvidia-smi -q` output: no 'Driver Version : ...' line and no 'GPU 00000000:18:00.0' block"
         )
     gpus = tuple(_q_gpu(i, bus, node) for i, (node, bus) in enumerate(blocks))
-    attached = _int(root.text("Attached GPUs"))
+    attached = smi_int(root.text("Attached GPUs"))
     error = None
     if attached is not None and attached != len(gpus):
         error = (
@@ -358,8 +344,10 @@ def parse_nvidia_smi_table(text: str) -> GpuRecord:
                 name=name.strip() or None,
                 pci_bus_id=bus.group(1).upper(),
                 persistence_mode=persistence == "On",
-                compute_mode=_TABLE_MODES.get(mode, _compute_mode(mode)) if mode and mode not in _NOT_VALUES else None,
-                mig_current=_flag(mig, "Enabled", "Disabled"),
+                compute_mode=(
+                    _TABLE_MODES.get(mode, smi_compute_mode(mode)) if mode and mode not in _NOT_VALUES else None
+                ),
+                mig_current=smi_flag(mig, "Enabled", "Disabled"),
                 ecc_current=True if ecc.isdigit() else None,
                 ecc_volatile_uncorrected=int(ecc) if ecc.isdigit() else None,
                 temperature_c=_table_temp(second.group(2)) if second else None,

@@ -340,20 +340,40 @@ def _text(element: ElementTree.Element | None, path: str) -> str | None:
     return None if not text or text in NOT_VALUES else text
 
 
-def _int(text: str | None) -> int | None:
-    """'16x' -> 16, '27 C' -> 27, '4' -> 4; None for anything else."""
+# A value as nvidia-smi prints it, the same in the XML's element text and in `nvidia-smi -q`'s
+# "Key : value" text (facts/nvidia_smi.py reads that with these too); None for what is no such value.
+
+
+def smi_int(text: str | None) -> int | None:
+    """'16x' -> 16, '27 C' -> 27, '81559 MiB' -> 81559, '1980 MHz' -> 1980, '4' -> 4; None for anything else."""
     if text is None:
         return None
     m = re.match(r"^(\d+)\s*(?:x|C|MiB|MHz)?$", text)
     return int(m.group(1)) if m else None
 
 
-def _watts(text: str | None) -> float | None:
+def smi_watts(text: str | None) -> float | None:
     """'700.00 W' -> 700.0; None for anything else."""
     if text is None:
         return None
     m = re.match(r"^(\d+(?:\.\d+)?)\s*W$", text)
     return float(m.group(1)) if m else None
+
+
+def smi_flag(text: str | None, yes: str, no: str) -> bool | None:
+    """True for `yes` ('Enabled', 'Yes'), False for `no`, in any case; None for anything else."""
+    if text is None:
+        return None
+    if text.lower() == yes.lower():
+        return True
+    if text.lower() == no.lower():
+        return False
+    return None
+
+
+def smi_compute_mode(text: str | None) -> str | None:
+    """'Exclusive Process' -> 'EXCLUSIVE_PROCESS' (NVML's names); None when not given."""
+    return text.upper().replace(" ", "_") if text else None
 
 
 def _xml_processes(gpu: ElementTree.Element) -> tuple[GpuProcess, ...] | None:
@@ -362,22 +382,12 @@ def _xml_processes(gpu: ElementTree.Element) -> tuple[GpuProcess, ...] | None:
         return None
     found = []
     for info in block.findall("process_info"):
-        pid = _int(_text(info, "pid"))
+        pid = smi_int(_text(info, "pid"))
         if pid is not None:
             found.append(
-                GpuProcess(pid, _text(info, "process_name"), _int(_text(info, "used_memory")), _text(info, "type"))
+                GpuProcess(pid, _text(info, "process_name"), smi_int(_text(info, "used_memory")), _text(info, "type"))
             )
     return tuple(sorted(found, key=lambda p: p.pid))
-
-
-def _flag(text: str | None, yes: str, no: str) -> bool | None:
-    if text is None:
-        return None
-    if text.lower() == yes.lower():
-        return True
-    if text.lower() == no.lower():
-        return False
-    return None
 
 
 def _uncorrected(scope: ElementTree.Element | None) -> int | None:
@@ -389,9 +399,9 @@ def _uncorrected(scope: ElementTree.Element | None) -> int | None:
     """
     if scope is None:
         return None
-    counts = [_int(_text(child, ".")) for child in scope if "uncorrectable" in child.tag]
+    counts = [smi_int(_text(child, ".")) for child in scope if "uncorrectable" in child.tag]
     if not counts:
-        counts = [_int(_text(scope, "double_bit/total"))]
+        counts = [smi_int(_text(scope, "double_bit/total"))]
     known = [c for c in counts if c is not None]
     return sum(known) if known else None
 
@@ -425,7 +435,7 @@ def _xml_fabric(gpu: ElementTree.Element) -> dict[str, Any]:
     return {
         "fabric_state": state,
         "fabric_status": _text(block, "status"),
-        "fabric_clique_id": _int(_text(block, "cliqueId")),
+        "fabric_clique_id": smi_int(_text(block, "cliqueId")),
         "fabric_cluster_uuid": _text(block, "clusterUuid"),
     }
 
@@ -448,7 +458,6 @@ def parse_nvidia_smi_xml(text: str) -> GpuRecord:
         errors, retired, remap = gpu.find("ecc_errors"), gpu.find("retired_pages"), gpu.find("remapped_rows")
         link = gpu.find("pci/pci_gpu_link_info")
         pending = _text(retired, "pending_retirement") or _text(retired, "pending_blacklist")
-        compute = _text(gpu, "compute_mode")
         power = gpu.find("gpu_power_readings")  # 535 and later; <power_readings> before
         if power is None:
             power = gpu.find("power_readings")
@@ -459,45 +468,45 @@ def parse_nvidia_smi_xml(text: str) -> GpuRecord:
                 uuid=_text(gpu, "uuid"),
                 pci_bus_id=_pci_bus_id(_text(gpu, "pci/pci_bus_id") or gpu.get("id")),
                 architecture=_text(gpu, "product_architecture"),
-                persistence_mode=_flag(_text(gpu, "persistence_mode"), "Enabled", "Disabled"),
-                compute_mode=compute.upper().replace(" ", "_") if compute else None,
-                mig_current=_flag(_text(mig, "current_mig"), "Enabled", "Disabled"),
-                mig_pending=_flag(_text(mig, "pending_mig"), "Enabled", "Disabled"),
-                ecc_current=_flag(_text(ecc, "current_ecc"), "Enabled", "Disabled"),
-                ecc_pending=_flag(_text(ecc, "pending_ecc"), "Enabled", "Disabled"),
+                persistence_mode=smi_flag(_text(gpu, "persistence_mode"), "Enabled", "Disabled"),
+                compute_mode=smi_compute_mode(_text(gpu, "compute_mode")),
+                mig_current=smi_flag(_text(mig, "current_mig"), "Enabled", "Disabled"),
+                mig_pending=smi_flag(_text(mig, "pending_mig"), "Enabled", "Disabled"),
+                ecc_current=smi_flag(_text(ecc, "current_ecc"), "Enabled", "Disabled"),
+                ecc_pending=smi_flag(_text(ecc, "pending_ecc"), "Enabled", "Disabled"),
                 ecc_volatile_uncorrected=_uncorrected(errors.find("volatile") if errors is not None else None),
                 ecc_aggregate_uncorrected=_uncorrected(errors.find("aggregate") if errors is not None else None),
-                retired_pages_sbe=_int(_text(retired, "multiple_single_bit_retirement/retired_count")),
-                retired_pages_dbe=_int(_text(retired, "double_bit_retirement/retired_count")),
-                retired_pages_pending=_flag(pending, "Yes", "No"),
-                remapped_rows_correctable=_int(_text(remap, "remapped_row_corr")),
-                remapped_rows_uncorrectable=_int(_text(remap, "remapped_row_unc")),
-                remap_pending=_flag(_text(remap, "remapped_row_pending"), "Yes", "No"),
-                remap_failure=_flag(_text(remap, "remapped_row_failure"), "Yes", "No"),
-                pcie_gen_current=_int(_text(link, "pcie_gen/current_link_gen")),
-                pcie_gen_max=_int(_text(link, "pcie_gen/max_link_gen")),
-                pcie_width_current=_int(_text(link, "link_widths/current_link_width")),
-                pcie_width_max=_int(_text(link, "link_widths/max_link_width")),
+                retired_pages_sbe=smi_int(_text(retired, "multiple_single_bit_retirement/retired_count")),
+                retired_pages_dbe=smi_int(_text(retired, "double_bit_retirement/retired_count")),
+                retired_pages_pending=smi_flag(pending, "Yes", "No"),
+                remapped_rows_correctable=smi_int(_text(remap, "remapped_row_corr")),
+                remapped_rows_uncorrectable=smi_int(_text(remap, "remapped_row_unc")),
+                remap_pending=smi_flag(_text(remap, "remapped_row_pending"), "Yes", "No"),
+                remap_failure=smi_flag(_text(remap, "remapped_row_failure"), "Yes", "No"),
+                pcie_gen_current=smi_int(_text(link, "pcie_gen/current_link_gen")),
+                pcie_gen_max=smi_int(_text(link, "pcie_gen/max_link_gen")),
+                pcie_width_current=smi_int(_text(link, "link_widths/current_link_width")),
+                pcie_width_max=smi_int(_text(link, "link_widths/max_link_width")),
                 clocks_event_reasons=_clock_reasons(gpu),
-                temperature_c=_int(_text(gpu, "temperature/gpu_temp")),
+                temperature_c=smi_int(_text(gpu, "temperature/gpu_temp")),
                 vbios_version=_text(gpu, "vbios_version"),
                 inforom_image=_text(gpu, "inforom_version/img_version"),
-                pcie_gen_device_max=_int(_text(link, "pcie_gen/max_device_link_gen")),
-                pcie_gen_host_max=_int(_text(link, "pcie_gen/max_host_link_gen")),
+                pcie_gen_device_max=smi_int(_text(link, "pcie_gen/max_device_link_gen")),
+                pcie_gen_host_max=smi_int(_text(link, "pcie_gen/max_host_link_gen")),
                 performance_state=_text(gpu, "performance_state"),
-                power_draw_w=_watts(_text(power, "power_draw")),
-                power_limit_w=_watts(_text(power, "current_power_limit") or _text(power, "enforced_power_limit")),
-                power_limit_default_w=_watts(_text(power, "default_power_limit")),
-                power_limit_min_w=_watts(_text(power, "min_power_limit")),
-                power_limit_max_w=_watts(_text(power, "max_power_limit")),
-                clocks_app_graphics_mhz=_int(_text(gpu, "applications_clocks/graphics_clock")),
-                clocks_app_memory_mhz=_int(_text(gpu, "applications_clocks/mem_clock")),
-                clocks_default_app_graphics_mhz=_int(_text(gpu, "default_applications_clocks/graphics_clock")),
-                clocks_default_app_memory_mhz=_int(_text(gpu, "default_applications_clocks/mem_clock")),
-                clocks_max_graphics_mhz=_int(_text(gpu, "max_clocks/graphics_clock")),
-                clocks_max_memory_mhz=_int(_text(gpu, "max_clocks/mem_clock")),
-                memory_used_mib=_int(_text(gpu, "fb_memory_usage/used")),
-                memory_total_mib=_int(_text(gpu, "fb_memory_usage/total")),
+                power_draw_w=smi_watts(_text(power, "power_draw")),
+                power_limit_w=smi_watts(_text(power, "current_power_limit") or _text(power, "enforced_power_limit")),
+                power_limit_default_w=smi_watts(_text(power, "default_power_limit")),
+                power_limit_min_w=smi_watts(_text(power, "min_power_limit")),
+                power_limit_max_w=smi_watts(_text(power, "max_power_limit")),
+                clocks_app_graphics_mhz=smi_int(_text(gpu, "applications_clocks/graphics_clock")),
+                clocks_app_memory_mhz=smi_int(_text(gpu, "applications_clocks/mem_clock")),
+                clocks_default_app_graphics_mhz=smi_int(_text(gpu, "default_applications_clocks/graphics_clock")),
+                clocks_default_app_memory_mhz=smi_int(_text(gpu, "default_applications_clocks/mem_clock")),
+                clocks_max_graphics_mhz=smi_int(_text(gpu, "max_clocks/graphics_clock")),
+                clocks_max_memory_mhz=smi_int(_text(gpu, "max_clocks/mem_clock")),
+                memory_used_mib=smi_int(_text(gpu, "fb_memory_usage/used")),
+                memory_total_mib=smi_int(_text(gpu, "fb_memory_usage/total")),
                 processes=_xml_processes(gpu),
                 **_xml_fabric(gpu),
             )
