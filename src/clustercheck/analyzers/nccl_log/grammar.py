@@ -65,9 +65,20 @@ _FOREIGN = re.compile(
 # Channel lines, one by one (exact attribution).
 # (bounded: an unbounded lazy run rescanned a long line from every "NCCL INFO Channel" in it)
 _CHANNEL = re.compile(rb"NCCL INFO (?:Channel|Ring) [^\n]{0,512}? via ")
-# Channel lines, counted: the network ones by their whole tail, the others by one byte.
-# Network channels by their whole tail; shared-memory ones as b"" (a rare first byte keeps it fast).
+# The transports named on one channel line past the exact start: a network one by its whole tail
+# (group 1), shared memory with no group.
 _VIA = re.compile(rb"via (?:NET/([^\n]*)|SHM)")
+#: Past the exact start, the channel line of almost every channel of a healthy job: IB verbs with
+#: GPUDirect RDMA, no proxy, the tail ending the line. Such lines are only counted (grep -v leaves
+#: them out of what Python reads); every other line holding `via NET/` or `via SHM` is read one by
+#: one (`_LEAN_VIA` finds them in the Python scan). The same lines as a POSIX ERE for `grep -E`.
+COMMON_ERE = "via NET/IB/[0-9]+/GDRDMA$"
+_COMMON = re.compile(rb"via NET/IB/[0-9]+/GDRDMA$", re.MULTILINE)
+#: The key and class every common line counts under.
+COMMON_KEY = ("IB", True)
+# Lines worth a look past the exact start: a network channel that is not the common one, or shared
+# memory; a line the lookahead lets through is still checked whole against _COMMON (its tail is the end).
+_LEAN_VIA = re.compile(rb"via (?:NET/(?!IB/[0-9]+/GDRDMA$)|SHM)", re.MULTILINE)
 
 _MARKER = re.compile(r"NCCL (INFO|WARN) ")
 # Look-behinds start each run of name characters only once (linear): a match inside a run implies

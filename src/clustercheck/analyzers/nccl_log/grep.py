@@ -27,7 +27,7 @@ import threading
 from typing import IO
 
 import clustercheck.analyzers.nccl_log.knobs as knobs
-from clustercheck.analyzers.nccl_log.grammar import _CHANNEL, _RARE_LEAN
+from clustercheck.analyzers.nccl_log.grammar import _COMMON, _RARE_LEAN, COMMON_ERE, COMMON_KEY
 from clustercheck.analyzers.nccl_log.scan import Partial, _blocks, _Collector
 
 #: Bytes of each grep's output held while the exact start is still being read (grep waits beyond it).
@@ -98,8 +98,9 @@ def exact_end(mm: _Pread, ends: list[int], begin: int, exact: int) -> int:
         return 0
     start = begin
     for i, end in enumerate(ends):
-        if mm.find(b"NCCL", start, end) >= 0:
-            exact -= len(_CHANNEL.findall(mm.read(start, end)))
+        data = mm.read(start, end)
+        if b"NCCL" in data:  # as scan._Collector.feed_block counts them
+            exact -= data.count(b" via ")
             if exact <= 0:
                 return i + 1
         start = end
@@ -211,10 +212,11 @@ class _Stretch:
         self.block_start = ends[first_lean - 1] if first_lean else begin
 
 
-#: The lines each grep prints: a superset of the lines `_RARE_LEAN` finds (scan._Collector._rare
-#: keeps exactly those), and exactly the lines `_VIA` finds something in. Fixed strings: grep's
-#: multi-string search reads a log where every line holds "NCCL " at about `grep -c`'s speed, which
-#: its regex engine does not (a regex for the same lines costs twice as much).
+#: The lines the first grep prints: a superset of the lines `_RARE_LEAN` finds (scan._Collector._rare
+#: keeps exactly those). Fixed strings: grep's multi-string search reads a log where every line holds
+#: "NCCL " at about `grep -c`'s speed, which its regex engine does not (a regex for the same lines
+#: costs twice as much, and so does a string that starts with a space: " : " is on every channel
+#: line). "Bootstrap: ", not the "Bootstrap timings" every rank prints for every communicator.
 RARE_STRINGS = (
     "NCCL WARN",
     "NCCL version ",
@@ -222,8 +224,8 @@ RARE_STRINGS = (
     "NCCL INFO Net/IB",
     "NCCL INFO NET : Using",
     "NCCL INFO Using network ",
-    "NCCL INFO Bootstrap",
-    "NCCL INFO NCCL version ",
+    "NCCL INFO Bootstrap: ",
+    "NCCL INFO Bootstrap : ",
     "NCCL INFO NCCL_IB_DISABLE set",
     "NCCL INFO NCCL_NET set",
     "NCCL INFO NCCL_NET_PLUGIN set",
@@ -234,6 +236,9 @@ RARE_STRINGS = (
     "NCCL INFO Failed to init",
     "NCCL INFO rank ",
 )
+#: The lines the second grep prints: every line scan._Collector._channels_lean looks at. A third
+#: grep (`-v`) leaves out the common ones (COMMON_ERE), so Python reads only the lines that change the
+#: verdict (no GPUDirect RDMA, another network, a proxy, shared memory), and counts the rest.
 VIA_STRINGS = ("via NET/", "via SHM")
 
 
@@ -264,11 +269,17 @@ def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) 
     x = lean[0].block_start  # where the lean scan starts
     procs: list[subprocess.Popen[bytes]] = []
     outputs: list[_Output] = []
+    pump: _Pump | None = None
     cond = threading.Condition()
     try:
-        for strings in (RARE_STRINGS, VIA_STRINGS):
-            procs.append(_start(grep, path, fd, x, strings))
-            outputs.append(_Output(procs[-1], cond))
+        procs.append(_start(grep, path, fd, x, RARE_STRINGS))
+        outputs.append(_Output(procs[-1], cond))
+        procs.append(_start(grep, path, fd, x, VIA_STRINGS))
+        procs.append(_start_filter(grep))
+        outputs.append(_Output(procs[-1], cond))
+        via_out, common_in = procs[1].stdout, procs[2].stdin
+        assert via_out is not None and common_in is not None
+        pump = _Pump(via_out, common_in)
         head = stretches[0]
         line = 1
         if head.block:  # the exact start, in Python, while the greps read the rest
@@ -284,7 +295,7 @@ def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) 
             if got != head.ends[: head.block] or head.collector.out.overlong:
                 raise Unsuitable("the exact start was read differently")
         base = line - 1  # lines before x
-        rare, via = _RareFeeder(lean, x, base), _ViaFeeder(lean, mm, x, base)
+        rare, via = _RareFeeder(lean, x, base), _LeanFeeder(lean, x, base)
         while True:
             with cond:
                 while not any(o.ready() for o in outputs) and not all(o.done for o in outputs):
@@ -296,7 +307,9 @@ def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) 
                 rare.feed(pieces[0])
             if pieces[1]:
                 via.feed(pieces[1])
-        via.close()
+        pump.thread.join()
+        if pump.error is not None:
+            raise GrepFailed(f"passing grep's output on: {pump.error}")
         for proc in procs:
             err = proc.stderr.read() if proc.stderr else b""
             code = proc.wait()
@@ -305,7 +318,13 @@ def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) 
                 raise GrepFailed(f"grep on {path} failed ({what}): {err.decode(errors='replace').strip()}")
         if os.fstat(fd).st_size < size:  # a log that grows is read up to the size it had
             raise GrepFailed(f"{path} was cut short while it was read")
-        last_line, last_end = max((rare.last, via.last, (base, x)), key=lambda t: t[1])
+        if pump.last is not None and x + pump.last[1] > size:
+            raise Unsuitable(f"{path} grew by channel lines while grep read it")  # read up to its size in Python
+        _add_common(lean, pump, via, x, base, head)
+        known = [rare.last, via.last, (base, x)]
+        if pump.last is not None:
+            known.append((base + pump.last[0], x + pump.last[1]))
+        last_line, last_end = max(known, key=lambda t: t[1])
         total = last_line + _count_lines(mm, last_end, size)
     except BaseException:
         for proc in procs:
@@ -316,12 +335,15 @@ def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) 
     finally:
         for o in outputs:
             o.stop()
+        if pump is not None:  # it ends once the grep it reads has exited or was killed
+            pump.thread.join(timeout=10)
         for o in outputs:  # the readers end at the pipe's end (grep exited or was killed) ...
             o.thread.join(timeout=10)
         for proc in procs:  # ... before their descriptors are closed (and their numbers reused)
-            for pipe in (proc.stdout, proc.stderr):
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
                 if pipe is not None:
-                    pipe.close()
+                    with contextlib.suppress(OSError):
+                        pipe.close()
     parts = [s.collector.out for s in stretches]
     parts[-1].lines = total
     for part in parts[:-1]:
@@ -349,6 +371,75 @@ def _start(grep: str, path: str, fd: int, x: int, strings: tuple[str, ...]) -> s
         os.close(own)
 
 
+def _start_filter(grep: str) -> subprocess.Popen[bytes]:
+    """`grep -a -v -E COMMON_ERE`: the printed channel lines (headers kept) but the common ones."""
+    try:
+        return subprocess.Popen(
+            [grep, "-a", "-v", "-E", "-e", COMMON_ERE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "LC_ALL": "C"},
+        )
+    except OSError as e:
+        raise Unsuitable(f"grep did not start: {e}") from e
+
+
+class _Pump:
+    """Passes the channel lines grep printed on to the grep that leaves out the common ones, and
+    counts them (the common ones are those it printed and the filter did not); notes the header of
+    the first common line and of the last line (its number and offset, relative to where grep began)."""
+
+    def __init__(self, src: IO[bytes], dst: IO[bytes]) -> None:
+        self.src, self.dst = src.fileno(), dst
+        for fd in (self.src, dst.fileno()):  # fewer, larger reads and writes (Linux)
+            with contextlib.suppress(OSError, AttributeError):
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+        self.lines = 0
+        self.first: tuple[int, int] | None = None  # (line, offset) of the first common line
+        self.last: tuple[int, int] | None = None  # (line, where it ends) of the last line
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        out = self.dst.fileno()
+        carry = b""  # the start of a line cut by a read, while the first common line is looked for
+        previous = data = b""
+        read = 0
+        try:
+            while True:
+                chunk = os.read(self.src, 1 << 20)
+                if not chunk:
+                    break
+                read += len(chunk)
+                previous, data = data, chunk
+                self.lines += chunk.count(b"\n")
+                if self.first is None:
+                    buf = carry + chunk
+                    cut = buf.rfind(b"\n") + 1
+                    m = _COMMON.search(buf, 0, cut)
+                    if m is None:
+                        carry = buf[cut:]
+                    else:
+                        number, offset, _ = _header(buf, buf.rfind(b"\n", 0, m.start()) + 1)
+                        self.first, carry = (number, offset), b""
+                with memoryview(chunk) as view:
+                    sent = 0
+                    while sent < len(chunk):
+                        sent += os.write(out, view[sent:])
+            tail = previous + data
+            at = tail.rfind(b"\n", 0, len(tail) - 1) + 1
+            if tail and (at > 0 or read == len(tail)):  # else a last line longer than two reads: unknown
+                number, offset, text = _header(tail, at)
+                self.last = (number, offset + len(tail) - text)
+        except BaseException as e:  # said by scan_file; the filter sees its input end
+            self.error = e
+        finally:
+            with contextlib.suppress(OSError):
+                self.dst.close()
+
+
 class _RareFeeder:
     """The candidate lines of the lean kinds -> each stretch's collector (scan._Collector._rare);
     their order is all that matters, not the blocks."""
@@ -370,49 +461,60 @@ class _RareFeeder:
                 out = s.collector.out
                 records, cut_line = len(out.records), out.cut_line
                 s.collector._rare(piece, len(piece), 1, _RARE_LEAN, header=True)
-                _renumber(out, piece, self.base, records, None, None, cut_line)
+                _renumber(out, piece, self.base, records, cut_line)
                 at = cut
             if cut < n:
                 self.si += 1
 
 
-class _ViaFeeder:
-    """The channel lines counted by kind -> each stretch's collector, block by block as
-    scan._blocks cuts them (scan._Collector._channels_fast counts per block)."""
+class _LeanFeeder:
+    """The channel lines that are not common ones -> the collector of their stretch
+    (scan._Collector.lean_line), one by one with their line numbers."""
 
-    def __init__(self, lean: list[_Stretch], mm: _Pread, x: int, base: int) -> None:
-        self.lean, self.si, self.mm, self.x, self.base = lean, 0, mm, x, base
-        self.pending: list[bytes] = []  # the printed lines of the current block so far
+    def __init__(self, lean: list[_Stretch], x: int, base: int) -> None:
+        self.lean, self.si, self.x, self.base = lean, 0, x, base
+        self.count = 0  # lines fed
         self.last = (base, x)
 
     def feed(self, data: bytes) -> None:
         at, n = 0, len(data)
+        lean, x, base = self.lean, self.x, self.base
         while at < n:
-            if self.si >= len(self.lean):
+            nl = data.find(b"\n", at)
+            if nl < 0:
+                nl = n
+            number, offset, text = _header(data, at)
+            while self.si < len(lean) and x + offset >= lean[self.si].stop:
+                self.si += 1
+            if self.si >= len(lean):
                 return  # lines written to the file after this scan took its size: not read
-            s = self.lean[self.si]
-            end = s.ends[s.block]
-            cut = _split_at(data, at, end - self.x)
-            if cut > at:
-                self.pending.append(data[at:cut])
-                self.last = _last(self.pending[-1], self.x, self.base)
-                at = cut
-            if cut < n:  # the rest is in later blocks: this one is whole
-                self._block()
+            self.count += 1
+            self.last = (base + number, x + offset + nl + 1 - text)
+            lean[self.si].collector.lean_line(data[text:nl], base + number)
+            at = nl + 1
 
-    def _block(self) -> None:
-        s = self.lean[self.si]
-        if self.pending:
-            _feed(s, b"".join(self.pending), self.mm, self.base)
-            self.pending.clear()
-        s.block_start = s.ends[s.block]
-        s.block += 1
-        if s.block >= len(s.ends):
-            self.si += 1
 
-    def close(self) -> None:
-        if self.pending:
-            self._block()
+def _add_common(lean: list[_Stretch], pump: _Pump, fed: _LeanFeeder, x: int, base: int, head: _Stretch) -> None:
+    """The common lines (printed by grep, left out by the filter) counted under COMMON_KEY, in the
+    stretch and at the place of their first line where no earlier evidence holds the key already."""
+    common = pump.lines - fed.count
+    if common <= 0:
+        return
+    if any(cls == "NET/IB/GDRDMA" for _, cls, _ in head.collector.out.channels) or pump.first is None:
+        target, line = lean[0], 0  # the exact start has the key: its place and first line stand
+    else:
+        number, offset = pump.first
+        line = base + number
+        target = next((s for s in lean if x + offset < s.stop), lean[-1])
+    net = target.collector.out.net
+    if COMMON_KEY in net:
+        net[COMMON_KEY][0] += common
+        return
+    items = list(net.items())
+    at = next((i for i, (_, (_, first)) in enumerate(items) if first > line), len(items))
+    items.insert(at, (COMMON_KEY, [common, line]))
+    net.clear()
+    net.update(items)
 
 
 def _last(data: bytes, x: int, base: int) -> tuple[int, int]:
@@ -421,39 +523,16 @@ def _last(data: bytes, x: int, base: int) -> tuple[int, int]:
     return base + number, x + offset + (len(data) - text)
 
 
-def _feed(s: _Stretch, piece: bytes, mm: _Pread, base: int) -> None:
-    """One block's printed channel lines (with grep's headers) -> the collector."""
-    c = s.collector
-    out = c.out
-    if piece.find(b"NCCL") < 0 and mm.find(b"NCCL", s.block_start, s.ends[s.block]) < 0:
-        return  # scan._Collector.feed_block skips a block without NCCL
-    channels, net = len(out.channels), len(out.net)
-    c._channels_fast(piece, len(piece), 1, header=True)
-    _renumber(out, piece, base, None, channels, net, None)
-
-
-def _renumber(
-    out: Partial, piece: bytes, base: int, records: int | None, channels: int | None, net: int | None, cut: int | None
-) -> None:
-    """Lines counted within `piece` (1 = its first) -> lines of the file, in what was added to `out`
-    since it held `records` records, `channels` and `net` entries (grep's headers say the lines)."""
-    new_records = records is not None and len(out.records) > records
-    new_channels = channels is not None and len(out.channels) > channels
-    new_net = net is not None and len(out.net) > net
-    new_cut = cut is not None and out.cut_line != cut
-    if not (new_records or new_channels or new_net or new_cut):
+def _renumber(out: Partial, piece: bytes, base: int, records: int, cut: int) -> None:
+    """Lines counted within `piece` (1 = its first) -> lines of the file, in the records added to
+    `out` since it held `records` of them, and its first cut line (grep's headers say the lines)."""
+    new_cut = out.cut_line != cut
+    if len(out.records) == records and not new_cut:
         return
     numbers = [base + int(m) for m in _LINE_NO.findall(piece)]
-    if records is not None:
-        for i in range(records, len(out.records)):
-            line, raw = out.records[i]
-            out.records[i] = (numbers[line - 1], raw)
-    if channels is not None:
-        for key in list(out.channels)[channels:]:
-            out.channels[key][1] = numbers[out.channels[key][1] - 1]
-    if net is not None:
-        for net_key in list(out.net)[net:]:
-            out.net[net_key][1] = numbers[out.net[net_key][1] - 1]
+    for i in range(records, len(out.records)):
+        line, raw = out.records[i]
+        out.records[i] = (numbers[line - 1], raw)
     if new_cut:
         out.cut_line = numbers[out.cut_line - 1]
 

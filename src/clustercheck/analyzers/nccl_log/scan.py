@@ -10,7 +10,6 @@ each call, so a caller (or a test) sets them in one place.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -18,12 +17,15 @@ from typing import IO, Any
 import clustercheck.analyzers.nccl_log.knobs as knobs
 from clustercheck.analyzers.nccl_log.grammar import (
     _CHANNEL,
+    _COMMON,
     _FOREIGN,
     _HEX,
+    _LEAN_VIA,
     _RARE,
     _RARE_LEAN,
     _SEEN_CAP,
     _VIA,
+    COMMON_KEY,
     MAX_KEPT,
     NetTail,
     _tail_class,
@@ -66,22 +68,23 @@ class _Collector:
         self._seen: set[bytes] = set()
         self._prefixes: dict[bytes, str | None] = {}
         self._classes: dict[bytes, tuple[str, NetTail | None] | tuple[()]] = {}
-        self._patterns: dict[bytes, re.Pattern[bytes]] = {}
 
     def feed_block(self, buf: bytes | bytearray, end: int, first_line: int) -> None:
         """Lines buf[:end] (whole lines); the first is line `first_line` of the stretch."""
-        if buf.find(b"NCCL", 0, end) < 0:
-            return
         if self.exact_left > 0:
+            if buf.find(b"NCCL", 0, end) < 0:
+                return
             # one immutable copy: the many slices of this phase are then hashable without a second copy
             with memoryview(buf) as view:
                 data = bytes(view[:end])
             self._rare(data, end, first_line, _RARE)
             self._foreign(data, end, first_line)
             self._channels_exact(data, end, first_line)
+            self.exact_left -= data.count(b" via ")  # grep.exact_end counts the same way
         else:
-            self._rare(buf, end, first_line, _RARE_LEAN)
-            self._channels_fast(buf, end, first_line)
+            if buf.find(b"NCCL", 0, end) >= 0:
+                self._rare(buf, end, first_line, _RARE_LEAN)
+            self._channels_lean(buf, end, first_line)
 
     def _record(self, buf: bytes | bytearray, start: int, end: int, line: int) -> None:
         out = self.out
@@ -154,7 +157,7 @@ class _Collector:
         prefixes, classes = self._prefixes, self._classes
         channels, tails = self.out.channels, self.out.tails
         # lines are numbered only where a number is kept (a new host and class, a line for the judge)
-        line_no, counted_to, done = first_line, 0, 0
+        line_no, counted_to = first_line, 0
         start, stop = 0, -1
         for m in _CHANNEL.finditer(buf, 0, end):
             at = m.start()
@@ -163,7 +166,6 @@ class _Collector:
                 stop = find(b"\n", m.end(), end)
                 if stop < 0:
                     stop = end
-            done += 1
             # the prefix (host:pid:tid [dev] ) and the tail repeat: take each distinct one apart once
             prefix = bytes(buf[start:at])
             host = prefixes.get(prefix, _UNSET)
@@ -193,7 +195,6 @@ class _Collector:
                         tails[cls[0]] = cls[1]
                 else:
                     entry[0] += 1
-        self.exact_left -= done
 
     def _count(self, host: str | None, cls: tuple[str, NetTail | None], line: int, job_counts: bool) -> None:
         out = self.out
@@ -207,13 +208,51 @@ class _Collector:
         else:
             entry[0] += 1
 
-    def _channels_fast(self, buf: bytes | bytearray, end: int, first_line: int, *, header: bool = False) -> None:
-        # Network channels: counted by their whole tail (name, device, GPUDirect RDMA).
+    def _channels_lean(self, buf: bytes | bytearray, end: int, first_line: int) -> None:
+        """Past the exact start: the common network channel lines (`_COMMON`) counted, every other line
+        with `via NET/` or `via SHM` read by `lean_line`; the same per line as grep.py's pass."""
+        if buf.find(b"via ", 0, end) < 0:
+            return
         out = self.out
-        attribute: list[bytes] = []
-        counts = Counter(_VIA.findall(buf, 0, end))
-        shm = counts.pop(b"", 0)
-        for raw_tail, n in counts.items():
+        common = len(_COMMON.findall(buf, 0, end))
+        pending = -1  # where the first common line starts, while its key is still to be added
+        if common and COMMON_KEY not in out.net:
+            pending = buf.rfind(b"\n", 0, _first(_COMMON, buf, end)) + 1
+        rfind, find, count = buf.rfind, buf.find, buf.count
+        line_no, counted_to, stop = first_line, 0, -1
+        for m in _LEAN_VIA.finditer(buf, 0, end):
+            if m.start() <= stop:
+                continue  # a second transport on the same line: the line is read whole once
+            start = rfind(b"\n", 0, m.start()) + 1
+            stop = find(b"\n", m.end(), end)
+            if stop < 0:
+                stop = end
+            line = bytes(buf[start:stop])
+            if _COMMON.search(line):
+                continue  # counted above (its tail ends the line)
+            if 0 <= pending < start:  # keys in the order of their first lines, as grep.py adds them
+                out.net.setdefault(COMMON_KEY, [0, first_line + count(b"\n", 0, pending)])
+                pending = -1
+            line_no += count(b"\n", counted_to, start)
+            counted_to = start
+            self.lean_line(line, line_no)
+        if pending >= 0:  # (an earlier line of another kind may have the key: IB with a proxy)
+            out.net.setdefault(COMMON_KEY, [0, first_line + count(b"\n", 0, pending)])
+        if common:
+            out.net[COMMON_KEY][0] += common
+
+    def lean_line(self, line: bytes, line_no: int) -> None:
+        """One channel line past the exact start that is not a common one (`line` without its newline):
+        its network channels counted by name and GPUDirect RDMA, and the line attributed to its host
+        when one of them lacks GPUDirect RDMA (counted per host) or it uses shared memory (counted for
+        the job and the host)."""
+        out = self.out
+        no_gdr = shm = False
+        for m in _VIA.finditer(line):
+            raw_tail = m.group(1)
+            if raw_tail is None:
+                shm = True
+                continue
             cls = self._classify(b"NET/" + raw_tail)
             if not cls or cls[1] is None:
                 continue
@@ -221,66 +260,40 @@ class _Collector:
             key = (tail.name, tail.gdr)
             entry = out.net.get(key)
             if entry is None:
-                pos = buf.find(b"via NET/" + raw_tail, 0, end)
-                entry = out.net[key] = [0, first_line + buf.count(b"\n", 0, pos)]
+                entry = out.net[key] = [0, line_no]
                 out.tails[cls[0]] = tail
-            entry[0] += n
+            entry[0] += 1
             if tail.proxy is not None:
-                out.pxn += n
-            if not tail.gdr:
-                attribute.append(raw_tail)
-        if attribute:  # network channels without GPUDirect RDMA: which hosts, exactly
-            # whole tails only: "IB/0" must not match the start of "IB/0/GDRDMA"
-            alternatives = b"|".join(map(re.escape, attribute))
-            self._attribute(buf, end, first_line, rb"via NET/(?:" + alternatives + rb")(?=\n)", header=header)
-        # Intra-node channels are the bulk of a log and say the same thing for every communicator:
-        # past the exact start only shared memory (no P2P between local GPUs) is looked for.
-        if shm:
-            self._attribute(buf, end, first_line, rb"via SHM", job_counts=True, header=header)
+                out.pxn += 1
+            no_gdr = no_gdr or not tail.gdr
+        if no_gdr:  # which hosts have network channels without GPUDirect RDMA, exactly
+            self._attribute(line, line_no, job_counts=False)
+        if shm:  # no P2P between local GPUs: shared memory
+            self._attribute(line, line_no, job_counts=True)
 
-    def _attribute(
-        self,
-        buf: bytes | bytearray,
-        end: int,
-        first_line: int,
-        pattern: bytes,
-        *,
-        job_counts: bool = False,
-        header: bool = False,
-    ) -> None:
-        """Attribute the channel lines matching `pattern` to their hosts (`header`: as in _rare)."""
-        compiled = self._patterns.get(pattern)
-        if compiled is None:
-            if len(self._patterns) > 64:
-                self._patterns.clear()
-            compiled = self._patterns[pattern] = re.compile(pattern)
-        rfind, find, count = buf.rfind, buf.find, buf.count
-        prefixes = self._prefixes
-        line_no, last_line_start = first_line, 0
-        start, stop = 0, -1
-        for m in compiled.finditer(buf, 0, end):
-            if m.start() > stop:  # a new line (several matches on one spliced line reuse its bounds)
-                start = rfind(b"\n", 0, m.start()) + 1
-                stop = find(b"\n", m.end(), end)
-                if stop < 0:
-                    stop = end
-            line_no += count(b"\n", last_line_start, start)
-            last_line_start = start
-            text = find(b":", find(b":", start) + 1) + 1 if header else start
-            marker = find(b"NCCL INFO ", text, m.start())
-            if marker < 0:
-                continue
-            prefix = bytes(buf[text:marker])
-            host = prefixes.get(prefix, _UNSET)
-            if host is _UNSET:
-                parsed = split_line(buf[text : min(stop, text + MAX_KEPT)].decode("utf-8", "replace"))
-                if parsed is None or parsed.level == "GARBLED":
-                    continue
-                host = prefixes[prefix] = parsed.host
-            via = find(b" via ", marker, stop)
-            cls = self._classify(bytes(buf[via + 5 : stop])) if via >= 0 else ()
-            if cls:
-                self._count(host, cls, line_no, job_counts)
+    def _attribute(self, line: bytes, line_no: int, *, job_counts: bool) -> None:
+        """The line's host and the transport after its first ` via `, counted per host."""
+        marker = line.find(b"NCCL INFO ")
+        if marker < 0:
+            return
+        prefix = line[:marker]
+        host = self._prefixes.get(prefix, _UNSET)
+        if host is _UNSET:
+            parsed = split_line(line[:MAX_KEPT].decode("utf-8", "replace"))
+            if parsed is None or parsed.level == "GARBLED":
+                return
+            if len(self._prefixes) > _SEEN_CAP:
+                self._prefixes.clear()
+            host = self._prefixes[prefix] = parsed.host
+        via = line.find(b" via ", marker)
+        cls = self._classify(line[via + 5 :]) if via >= 0 else ()
+        if cls:
+            self._count(host, cls, line_no, job_counts)
+
+
+def _first(pattern: re.Pattern[bytes], buf: bytes | bytearray, end: int) -> int:
+    m = pattern.search(buf, 0, end)
+    return m.start() if m else end
 
 
 _UNSET: Any = object()

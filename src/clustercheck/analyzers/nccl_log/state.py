@@ -107,8 +107,9 @@ class Scanner:
                     self.add(part)
                 return
         if not parallel:
-            with open(path, "rb", buffering=0) as stream:
-                self.feed_stream(stream, path)
+            self.job.sources.append(path)
+            with open(path, "rb", buffering=0) as stream:  # a log still written: up to the size it had
+                self.add(_scan_stream(stream, path, size))
             return
         import multiprocessing
 
