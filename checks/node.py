@@ -54,6 +54,11 @@ def parse_taint(value: str) -> list[tuple[str, str]]:
     return [TAINT_FLAGS.get(bit, ("?", f"unknown taint bit {bit}")) for bit in range(64) if mask >> bit & 1]
 
 
+def tainted(release: str, taints: list[tuple[str, str]]) -> str:
+    """'kernel 5.15.0-91-generic is tainted: D (kernel died recently (OOPS or BUG)); ...': the warn and fail summary."""
+    return f"kernel {release} is tainted: " + "; ".join(f"{letter} ({meaning})" for letter, meaning in taints)
+
+
 def release_key(release: str) -> tuple[int, ...]:
     """'5.15.0-91-generic' -> (5, 15, 0, 91): the numbers, in order, for comparing releases."""
     return tuple(int(n) for n in re.findall(r"\d+", release.split("+")[0])[:4])
@@ -108,7 +113,7 @@ def kernel(
     bad = [t for t in taints if t[0] in fail_taints]
     if bad:
         return fail(
-            f"kernel {release} is tainted: " + "; ".join(f"{letter} ({meaning})" for letter, meaning in bad),
+            tainted(release, bad),
             remedy="Read `dmesg` and the BMC event log for the cause, fix it, and reboot before releasing the node.",
             data=data,
             evidence=evidence,
@@ -117,7 +122,7 @@ def kernel(
     worrying = [t for t in taints if t[0] in warn_taints]
     if worrying:
         return warn(
-            f"kernel {release} is tainted: " + "; ".join(f"{letter} ({meaning})" for letter, meaning in worrying),
+            tainted(release, worrying),
             remedy="Read `dmesg` for the warning's stack trace; it often names a failing driver.",
             data=data,
             evidence=evidence,
