@@ -65,6 +65,7 @@ from clustercheck import sweep as logic
 from clustercheck.app import AcceptOpt, ChecksDirOpt, IdentityOpt, PortOpt, SshConfigOpt, UserOpt
 from clustercheck.errors import ClusterCheckError, UsageError
 from clustercheck.result import HostReport, Report, Status
+from clustercheck.transports import make_transports
 
 #: The profile a sweep runs unless told otherwise (profiles/deep.yaml).
 DEFAULT_PROFILE = "deep"
@@ -969,7 +970,7 @@ def ssh_sweep(
     from clustercheck import profile as profiles
     from clustercheck import runner
 
-    transports = cli.make_transports(False, hosts, None, **ssh)
+    transports = make_transports(False, hosts, None, **ssh)
     prof = profiles.load(profile, extra_check_dirs=checks_dirs)
     first = runner.run_profile(prof, transports, version=__version__, jobs=jobs, timeout=timeout)
     by_host = {h.host: h for h in first.hosts}
@@ -979,7 +980,7 @@ def ssh_sweep(
         for h in first.hosts
     }
     if again:
-        fresh = cli.make_transports(False, ",".join(t.host for t in again), None, **ssh)
+        fresh = make_transports(False, ",".join(t.host for t in again), None, **ssh)
         second = runner.run_profile(prof, fresh, version=__version__, jobs=jobs, timeout=timeout)
         for h in second.hosts:
             merged = HostReport(h.host, logic.merge_passes(by_host[h.host].checks, h.checks))
@@ -1106,7 +1107,7 @@ def sweep(
     identity: IdentityOpt = None,
     port: PortOpt = None,
     accept_new_host_keys: AcceptOpt = False,
-) -> None:
+) -> int:
     """Prove idle nodes through Slurm: drain what fails (with its action), resume what passes.
 
     Each idle node of NODES or --partition gets one exclusive allocation running the profile
@@ -1142,8 +1143,7 @@ def sweep(
             port=port,
             accept_new_host_keys=accept_new_host_keys,
         )
-        _finish(report, outcomes, out_json, out_html)
-        return
+        return _finish(report, outcomes, out_json, out_html)
     command = tuple(shlex.split(node_command)) if node_command else (sys.executable, "-m", "clustercheck")
     options = Options(
         nodes=nodes,
@@ -1194,7 +1194,7 @@ def sweep(
         raise ClusterCheckError(f"sweep interrupted by {interrupted}: {left}")
     for problem in problems:
         slurm_mod.say(f"clustercheck sweep: {problem}", sys.stderr)
-    _finish(report, sweeper.outcomes, out_json, out_html, sweeper.pair_doc)
+    return _finish(report, sweeper.outcomes, out_json, out_html, sweeper.pair_doc)
 
 
 def _pair_options(
@@ -1282,14 +1282,14 @@ def _finish(
     out_json: Path | None,
     out_html: Path | None,
     pairs: dict[str, Any] | None = None,
-) -> None:
+) -> int:
     from clustercheck import formats
 
     write_reports(report, outcomes, out_json, out_html, pairs)
     formats.render(report, "table", sys.stdout)
     for line in _lines(outcomes, pairs):
         slurm_mod.say(line, sys.stdout)
-    cli.state.exit_code = int(report.exit_code)
+    return int(report.exit_code)
 
 
 def register(app: typer.Typer) -> None:
