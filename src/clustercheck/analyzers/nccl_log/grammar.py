@@ -291,14 +291,7 @@ def split_line(line: str) -> LogLine | None:
         return _salvage(line, markers[-1])
     # What a line's prefix says depends on nothing else, and a log repeats few prefixes
     # (host:pid:tid [dev]): take each apart once.
-    raw_prefix = line[: marker.start()]
-    known = _PREFIX_CACHE.get(raw_prefix)
-    if known is None:
-        known = _split_prefix(raw_prefix)
-        if len(_PREFIX_CACHE) >= _SEEN_CAP:
-            _PREFIX_CACHE.clear()
-        _PREFIX_CACHE[raw_prefix] = known
-    what, host, dev = known
+    what, host, dev = prefix_of(line[: marker.start()])
     if what == "garbled":
         return GARBLED
     message = line[marker.end() :].strip()
@@ -309,6 +302,17 @@ def split_line(line: str) -> LogLine | None:
 
 #: prefix -> ("ok" | "salvaged" | "garbled", host, dev), bounded like the scanner's caches.
 _PREFIX_CACHE: dict[str, tuple[str, str | None, int | None]] = {}
+
+
+def prefix_of(raw_prefix: str) -> tuple[str, str | None, int | None]:
+    """What split_line makes of the text before a line's only `NCCL INFO|WARN`, from its cache."""
+    known = _PREFIX_CACHE.get(raw_prefix)
+    if known is None:
+        known = _split_prefix(raw_prefix)
+        if len(_PREFIX_CACHE) >= _SEEN_CAP:
+            _PREFIX_CACHE.clear()
+        _PREFIX_CACHE[raw_prefix] = known
+    return known
 
 
 def _split_prefix(raw_prefix: str) -> tuple[str, str | None, int | None]:

@@ -29,6 +29,7 @@ from clustercheck.analyzers.nccl_log.grammar import (
     MAX_KEPT,
     NetTail,
     _tail_class,
+    prefix_of,
     split_line,
 )
 
@@ -56,6 +57,8 @@ class Partial:
     overlong: int = 0
     cut: int = 0  # lines longer than MAX_KEPT, kept only up to it
     cut_line: int = 0  # the first of them (relative to the stretch)
+    # host -> [lines, CUDA devices] of INFO lines that repeat one already kept for the host (see _repeat)
+    repeats: dict[str | None, list[Any]] = field(default_factory=dict)
 
 
 class _Collector:
@@ -66,6 +69,8 @@ class _Collector:
         # channel lines still to attribute one by one
         self.exact_left = knobs.EXACT_CHANNELS if exact_channels is None else exact_channels
         self._seen: set[bytes] = set()
+        self._said: set[tuple[str | None, bytes]] = set()  # (host, message) of the INFO lines kept
+        self._hosts: dict[bytes, tuple[str, str | None, int | None]] = {}  # prefix -> prefix_of()
         self._prefixes: dict[bytes, str | None] = {}
         self._classes: dict[bytes, tuple[str, NetTail | None] | tuple[()]] = {}
 
@@ -131,7 +136,46 @@ class _Collector:
             if stop - start > MAX_KEPT:  # keep the head of an overlong line, and say it was cut
                 self._record(buf, start, stop, line_no)
             elif len(records) < _RECORDS_CAP:  # _record, inline: this runs for every kept line
+                said = self._repeat(buf, start, stop)
+                if said is not None:
+                    if said in self._said:
+                        continue
+                    if len(self._said) >= _SEEN_CAP:
+                        self._said.clear()
+                    self._said.add(said)
                 records.append((line_no, buf[start:stop].decode("utf-8", "replace")))
+
+    def _repeat(self, buf: bytes | bytearray, start: int, stop: int) -> tuple[str | None, bytes] | None:
+        """(host, message) of an INFO line whose parse does not depend on how often it comes (the host's
+        facts it sets are kept from their first line), else None. A line whose (host, message) was kept
+        already is counted in `repeats` (Scanner.add: the host's lines and CUDA devices) and not parsed
+        again: every rank of a host prints the same init lines, and in the line before it its pid:tid."""
+        find = buf.find
+        marker = find(b"NCCL INFO ", start, stop)
+        if marker < 0 or find(b"NCCL WARN ", start, stop) >= 0 or find(b"NCCL INFO ", marker + 10, stop) >= 0:
+            return None  # WARN lines are counted, lines with two markers taken apart another way
+        message = bytes(buf[marker + 10 : stop])
+        if message.startswith((b"Channel", b"Ring")) or b"GPU Direct RDMA" in message:
+            return None  # channel lines are counted; the last of a host's GPU Direct RDMA lines counts
+        raw_prefix = bytes(buf[start:marker])
+        known = self._hosts.get(raw_prefix)
+        if known is None:
+            known = prefix_of(raw_prefix.decode("utf-8", "replace"))
+            if len(self._hosts) >= _SEEN_CAP:
+                self._hosts.clear()
+            self._hosts[raw_prefix] = known
+        what, host, dev = known
+        if what != "ok":
+            return None  # garbled lines are counted
+        said = (host, message)
+        if said in self._said:
+            entry = self.out.repeats.get(host)
+            if entry is None:
+                entry = self.out.repeats[host] = [0, set()]
+            entry[0] += 1
+            if dev is not None:
+                entry[1].add(dev)
+        return said
 
     def _foreign(self, buf: bytes | bytearray, end: int, first_line: int) -> None:
         if buf.find(b"fi_getinfo", 0, end) < 0 and buf.find(b"libibverbs: Warning", 0, end) < 0:

@@ -130,6 +130,13 @@ class Scanner:
             job.cut_ref = job.cut_ref or Ref(name, offset + part.cut_line)
         for line, raw in part.records:
             self.parse(raw, Ref(name, offset + line))
+        for host, (n, devs) in part.repeats.items():  # INFO lines that repeat one parsed for the host
+            h = self.host(host)
+            h.seen += n
+            job.nccl_lines += n
+            for dev in sorted(devs):
+                if len(h.devs) < 1024:
+                    h.devs.add(dev)
         for (host, cls_name, job_counts), (n, line) in part.channels.items():
             self._count_channel(host, (cls_name, part.tails.get(cls_name)), Ref(name, offset + line), n, job_counts)
         for key, (n, line) in part.net.items():
