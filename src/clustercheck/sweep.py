@@ -300,25 +300,29 @@ class PairRun(NamedTuple):
         return self.busbw is not None and self.busbw < min_busbw
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "nodes": list(self.pair.nodes),
-            "leaf": self.pair.leaf,
-            "across": self.pair.across,
-            "status": self.status.value,
-            "summary": self.summary,
-            "transport": self.transport,
-            "gdr": self.gdr,
-            "busbw": self.busbw,
-            "passes": self.passes,
-        }
-        if self.action:
-            out["action"] = self.action
-        if self.first is not None:
-            out["first_pass"] = dict(self.first)
-        if self.command:
-            out["command"] = self.command
-        out["srun_s"], out["round"] = round(self.seconds, 3), self.round
-        return out
+        return _pair_run_json(self, {"transport": self.transport, "gdr": self.gdr, "busbw": self.busbw})
+
+
+def _pair_run_json(run: PairRun | RdmaPairRun, measured: Mapping[str, Any]) -> dict[str, Any]:
+    """A pair run's JSON in the report (nccl.pairs' and rdma.pairs' alike): the pair, the verdict,
+    what the run measured, then how it was run."""
+    out: dict[str, Any] = {
+        "nodes": list(run.pair.nodes),
+        "leaf": run.pair.leaf,
+        "across": run.pair.across,
+        "status": run.status.value,
+        "summary": run.summary,
+        **measured,
+        "passes": run.passes,
+    }
+    if run.action:
+        out["action"] = run.action
+    if run.first is not None:
+        out["first_pass"] = dict(run.first)
+    if run.command:
+        out["command"] = run.command
+    out["srun_s"], out["round"] = round(run.seconds, 3), run.round
+    return out
 
 
 def leaf_groups(
@@ -650,23 +654,7 @@ class RdmaPairRun(NamedTuple):
         return min(ends, key=lambda e: e["fraction"], default=None)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "nodes": list(self.pair.nodes),
-            "leaf": self.pair.leaf,
-            "across": self.pair.across,
-            "status": self.status.value,
-            "summary": self.summary,
-            "ports": [dict(p) for p in self.ports],
-            "passes": self.passes,
-        }
-        if self.action:
-            out["action"] = self.action
-        if self.first is not None:
-            out["first_pass"] = dict(self.first)
-        if self.command:
-            out["command"] = self.command
-        out["srun_s"], out["round"] = round(self.seconds, 3), self.round
-        return out
+        return _pair_run_json(self, {"ports": [dict(p) for p in self.ports]})
 
 
 def judge_rdma_pair(
