@@ -240,7 +240,7 @@ def pct(xs: "list[float]", p: float) -> "float | None":
     return round(xs[min(len(xs) - 1, int(len(xs) * p))] * 1000, 3) if xs else None
 
 
-#: Offsets a random reader draws before it starts (it reads them again in turn past that many).
+#: Reads a random reader draws before it starts (past that many it draws more as it reads).
 DRAWN = 1 << 15
 
 
@@ -345,8 +345,8 @@ def rand_reads(
     clock reading and one append: a read's latency is the time from the clock reading before it to
     the one after it (the read, plus the loop's own fraction of a microsecond). It ends when it has
     done max_ops reads, at `until`, or when another reader ended (`stop`), checked every chunk. Past
-    the reads drawn beforehand (DRAWN), it draws more as it goes (never the same offsets again: they
-    could be in the page cache where O_DIRECT is not used)."""
+    the reads drawn beforehand (DRAWN), it draws fresh ones as it goes rather than reading the same
+    offsets again (those could be in the page cache where O_DIRECT is not used)."""
     mono, pread, bufs, add = time.monotonic, os.preadv, [buf], lat.append
     want = A["max_ops"]
     got = ops = 0
