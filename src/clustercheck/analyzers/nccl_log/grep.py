@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import threading
+from collections.abc import Iterator
 from typing import IO
 
 import clustercheck.analyzers.nccl_log.knobs as knobs
@@ -69,12 +70,11 @@ def gnu_grep() -> str | None:
     return path if _GREP[key] else None
 
 
-def cuts(mm: _Pread, begin: int, stop: int) -> list[int]:
+def cuts(mm: _Pread, begin: int, stop: int) -> Iterator[int]:
     """Where scan._blocks ends its blocks reading [begin, stop): it reads BLOCK bytes at a time and
     cuts after the last newline read; the last block ends at `stop`. Unsuitable when some read holds
     no newline (a line longer than a block: the reader's overlong rule would depend on the reads)."""
     block = knobs.BLOCK
-    out: list[int] = []
     last = begin
     pos = begin
     while pos < stop:
@@ -85,26 +85,27 @@ def cuts(mm: _Pread, begin: int, stop: int) -> list[int]:
                 break
             raise Unsuitable("a line longer than a block")
         last = nl + 1
-        out.append(last)
+        yield last
     if last < stop:
-        out.append(stop)  # the final line without a newline: the reader adds one
-    return out
+        yield stop  # the final line without a newline: the reader adds one
 
 
-def exact_end(mm: _Pread, ends: list[int], begin: int, exact: int) -> int:
-    """The index into `ends` of the first block read the lean way (the exact start has counted
-    `exact` channel lines by then); len(ends) when the exact start lasts the whole stretch."""
-    if exact <= 0:
-        return 0
+def exact_start(blocks: Iterator[int], mm: _Pread, begin: int, exact: int) -> tuple[list[int], bool]:
+    """The ends of the blocks read the exact way, from `blocks` (cuts() of a stretch): until the exact
+    start has counted `exact` channel lines, as scan._Collector.feed_block counts them; and whether
+    that is the whole stretch. The rest of `blocks` is left to read."""
+    ends: list[int] = []
     start = begin
-    for i, end in enumerate(ends):
+    while exact > 0:
+        end = next(blocks, None)
+        if end is None:
+            return ends, True
+        ends.append(end)
         data = mm.read(start, end)
-        if b"NCCL" in data:  # as scan._Collector.feed_block counts them
+        if b"NCCL" in data:
             exact -= data.count(b" via ")
-            if exact <= 0:
-                return i + 1
         start = end
-    return len(ends)
+    return ends, False
 
 
 class _Output:
@@ -202,14 +203,20 @@ def _split_at(data: bytes, lo: int, offset: int) -> int:
 
 
 class _Stretch:
-    """One stretch of the file (as scan.py's processes cut them): its collector and its blocks."""
+    """One stretch of the file (as scan.py's processes cut them): its collector, the blocks of its
+    exact start (`ends`), and where its lean part begins (`lean_start`; `stop` when it has none)."""
 
-    def __init__(self, name: str, begin: int, stop: int, ends: list[int], first_lean: int, exact: int) -> None:
+    def __init__(self, name: str, begin: int, stop: int, mm: _Pread | None, exact: int) -> None:
         self.collector = _Collector(name, exact_channels=exact)
         self.begin, self.stop = begin, stop
-        self.ends = ends
-        self.block = first_lean  # index of the next block to feed
-        self.block_start = ends[first_lean - 1] if first_lean else begin
+        self.blocks = cuts(mm, begin, stop) if mm is not None else iter(())
+        self.ends, whole = exact_start(self.blocks, mm, begin, exact) if mm is not None else ([], True)
+        self.lean_start = stop if whole else (self.ends[-1] if self.ends else begin)
+
+    def check(self) -> None:
+        """Read the rest of the stretch's block ends: Unsuitable where a line is longer than a block."""
+        for _ in self.blocks:
+            pass
 
 
 #: The lines the first grep prints: a superset of the lines `_RARE_LEAN` finds (scan._Collector._rare
@@ -257,16 +264,12 @@ def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) 
     for start, end, first in tasks:
         begin = 0 if start == 0 else _line_start(mm, start)
         stop = _line_start(mm, end)
-        if stop <= begin:
-            stretches.append(_Stretch(path, begin, begin, [], 0, 0))
-            continue
-        ends = cuts(mm, begin, stop)
         exact = knobs.EXACT_CHANNELS if first else 0
-        stretches.append(_Stretch(path, begin, stop, ends, exact_end(mm, ends, begin, exact), exact))
-    lean = [s for s in stretches if s.block < len(s.ends)]
+        stretches.append(_Stretch(path, begin, stop, mm if stop > begin else None, exact))
+    lean = [s for s in stretches if s.lean_start < s.stop]
     if not lean:
         raise Unsuitable("the exact start is the whole file")
-    x = lean[0].block_start  # where the lean scan starts
+    x = lean[0].lean_start  # where the lean scan starts
     procs: list[subprocess.Popen[bytes]] = []
     outputs: list[_Output] = []
     pump: _Pump | None = None
@@ -280,11 +283,13 @@ def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) 
         via_out, common_in = procs[1].stdout, procs[2].stdin
         assert via_out is not None and common_in is not None
         pump = _Pump(via_out, common_in)
+        for s in stretches:  # every block holds a newline (or the Python scan reads the file)
+            s.check()
         head = stretches[0]
         line = 1
-        if head.block:  # the exact start, in Python, while the greps read the rest
+        if head.ends:  # the exact start, in Python, while the greps read the rest
             stream.seek(0)
-            limit = head.ends[head.block - 1]
+            limit = head.ends[-1]
             got: list[int] = []
             pos = 0
             for buf, end, n in _blocks(stream, head.collector.out, limit):
@@ -292,7 +297,7 @@ def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) 
                 line += n
                 pos = min(pos + end, limit)  # the reader ends a last line without a newline with one
                 got.append(pos)
-            if got != head.ends[: head.block] or head.collector.out.overlong:
+            if got != head.ends or head.collector.out.overlong:
                 raise Unsuitable("the exact start was read differently")
         base = line - 1  # lines before x
         rare, via = _RareFeeder(lean, x, base), _LeanFeeder(lean, x, base)

@@ -105,7 +105,7 @@ class _Collector:
     ) -> None:
         """Keep the lines `pattern` finds. `header`: every line starts with grep's `LINE:OFFSET:`, not kept."""
         rfind, find, count = buf.rfind, buf.find, buf.count
-        seen, out = self._seen, self.out
+        seen, said, repeat, out = self._seen, self._said, self._repeat, self.out
         records = out.records
         line_no, last_line_start, last_stop = first_line, 0, -1
         for m in pattern.finditer(buf, 0, end):
@@ -119,9 +119,8 @@ class _Collector:
             last_stop = stop
             if header:
                 line_start, start = start, find(b":", find(b":", start) + 1) + 1
-            raw = bytes(buf[start:stop])
-            if b"0x" in raw:  # communicator pointers and ids differ; the rest repeats per communicator
-                raw = _HEX.sub(b"", raw)
+            line = bytes(buf[start:stop])
+            raw = _HEX.sub(b"", line) if b"0x" in line else line  # pointers and ids differ per communicator
             if raw in seen:
                 continue  # every rank prints the same lines, often for every communicator
             if len(seen) >= _SEEN_CAP:
@@ -136,28 +135,27 @@ class _Collector:
             if stop - start > MAX_KEPT:  # keep the head of an overlong line, and say it was cut
                 self._record(buf, start, stop, line_no)
             elif len(records) < _RECORDS_CAP:  # _record, inline: this runs for every kept line
-                said = self._repeat(buf, start, stop)
-                if said is not None:
-                    if said in self._said:
+                key = repeat(line)
+                if key is not None:
+                    if key in said:
                         continue
-                    if len(self._said) >= _SEEN_CAP:
-                        self._said.clear()
-                    self._said.add(said)
-                records.append((line_no, buf[start:stop].decode("utf-8", "replace")))
+                    if len(said) >= _SEEN_CAP:
+                        said.clear()
+                    said.add(key)
+                records.append((line_no, line.decode("utf-8", "replace")))
 
-    def _repeat(self, buf: bytes | bytearray, start: int, stop: int) -> tuple[str | None, bytes] | None:
+    def _repeat(self, line: bytes) -> tuple[str | None, bytes] | None:
         """(host, message) of an INFO line whose parse does not depend on how often it comes (the host's
         facts it sets are kept from their first line), else None. A line whose (host, message) was kept
         already is counted in `repeats` (Scanner.add: the host's lines and CUDA devices) and not parsed
         again: every rank of a host prints the same init lines, and in the line before it its pid:tid."""
-        find = buf.find
-        marker = find(b"NCCL INFO ", start, stop)
-        if marker < 0 or find(b"NCCL WARN ", start, stop) >= 0 or find(b"NCCL INFO ", marker + 10, stop) >= 0:
+        marker = line.find(b"NCCL INFO ")
+        if marker < 0 or b"NCCL WARN " in line or line.find(b"NCCL INFO ", marker + 10) >= 0:
             return None  # WARN lines are counted, lines with two markers taken apart another way
-        message = bytes(buf[marker + 10 : stop])
+        message = line[marker + 10 :]
         if message.startswith((b"Channel", b"Ring")) or b"GPU Direct RDMA" in message:
             return None  # channel lines are counted; the last of a host's GPU Direct RDMA lines counts
-        raw_prefix = bytes(buf[start:marker])
+        raw_prefix = line[:marker]
         known = self._hosts.get(raw_prefix)
         if known is None:
             known = prefix_of(raw_prefix.decode("utf-8", "replace"))
@@ -194,51 +192,58 @@ class _Collector:
             self._classes[tail] = cls
         return cls
 
-    def _channels_exact(self, buf: bytes | bytearray, end: int, first_line: int) -> None:
+    def _channels_exact(self, buf: bytes, end: int, first_line: int) -> None:
+        """Every channel line (`_CHANNEL`) attributed to its host by the prefix and the tail around its
+        ` via `; line by line (buf[:end] is whole lines), each distinct prefix and tail taken apart once."""
         if buf.find(b" via ", 0, end) < 0:
             return
-        rfind, find, count = buf.rfind, buf.find, buf.count
         prefixes, classes = self._prefixes, self._classes
         channels, tails = self.out.channels, self.out.tails
-        # lines are numbered only where a number is kept (a new host and class, a line for the judge)
-        line_no, counted_to = first_line, 0
-        start, stop = 0, -1
-        for m in _CHANNEL.finditer(buf, 0, end):
-            at = m.start()
-            if at > stop:  # a new line (several matches on one spliced line reuse its bounds)
-                start = rfind(b"\n", 0, at) + 1
-                stop = find(b"\n", m.end(), end)
-                if stop < 0:
-                    stop = end
-            # the prefix (host:pid:tid [dev] ) and the tail repeat: take each distinct one apart once
-            prefix = bytes(buf[start:at])
-            host = prefixes.get(prefix, _UNSET)
-            if host is _UNSET:
-                parsed = split_line(buf[start : min(stop, start + MAX_KEPT)].decode("utf-8", "replace"))
-                if parsed is None or parsed.level == "GARBLED":
-                    line_no += count(b"\n", counted_to, start)
-                    counted_to = start
-                    self._record(buf, start, stop, line_no)  # the judge counts (and salvages) it
-                    continue
-                host = parsed.host
-                if len(prefixes) > _SEEN_CAP:
-                    prefixes.clear()
-                prefixes[prefix] = host
-            tail = bytes(buf[m.end() : stop])  # the text after " via "
-            cls = classes.get(tail)
-            if cls is None:
-                cls = self._classify(tail)
-            if cls:
-                key = (host, cls[0], True)
-                entry = channels.get(key)
-                if entry is None:  # _count, inline: this runs for every channel line at the start
-                    line_no += count(b"\n", counted_to, start)
-                    counted_to = start
-                    channels[key] = [1, line_no]
-                    if cls[1] is not None:
-                        tails[cls[0]] = cls[1]
-                else:
-                    entry[0] += 1
+        for i, line in enumerate(buf[:end].split(b"\n")):
+            if b" via " not in line:
+                continue
+            at = line.find(b"NCCL INFO ")
+            if at < 0:
+                continue
+            # one match of _CHANNEL on the line, found without the regex engine: the usual case
+            if line.startswith(b"Channel ", at + 10):
+                via = line.find(b" via ", at + 18, at + 535)
+            elif line.startswith(b"Ring ", at + 10):
+                via = line.find(b" via ", at + 15, at + 532)
+            else:
+                via = -2
+            if via == -2 or line.find(b"NCCL INFO ", at + 10) >= 0:
+                spans = [(m.start(), m.end()) for m in _CHANNEL.finditer(line)]  # none, or spliced lines
+            elif via >= 0:
+                spans = [(at, via + 5)]
+            else:
+                continue
+            for at, after in spans:
+                # the prefix (host:pid:tid [dev] ) and the tail repeat: take each distinct one apart once
+                prefix = line[:at]
+                host = prefixes.get(prefix, _UNSET)
+                if host is _UNSET:
+                    parsed = split_line(line[:MAX_KEPT].decode("utf-8", "replace"))
+                    if parsed is None or parsed.level == "GARBLED":
+                        self._record(line, 0, len(line), first_line + i)  # the judge counts (and salvages) it
+                        continue
+                    host = parsed.host
+                    if len(prefixes) > _SEEN_CAP:
+                        prefixes.clear()
+                    prefixes[prefix] = host
+                tail = line[after:]  # the text after " via "
+                cls = classes.get(tail)
+                if cls is None:
+                    cls = self._classify(tail)
+                if cls:
+                    key = (host, cls[0], True)
+                    entry = channels.get(key)
+                    if entry is None:  # _count, inline: this runs for every channel line at the start
+                        channels[key] = [1, first_line + i]
+                        if cls[1] is not None:
+                            tails[cls[0]] = cls[1]
+                    else:
+                        entry[0] += 1
 
     def _count(self, host: str | None, cls: tuple[str, NetTail | None], line: int, job_counts: bool) -> None:
         out = self.out
