@@ -1,7 +1,9 @@
 """Run a profile's checks on hosts: hosts in parallel (bounded), checks in profile order.
 
 Nothing a host does stops the run: an exception in a check becomes that check's `error`
-result; an unreachable host becomes `error` results for its checks; a run that outlives
+result; an unreachable host, or a transport that raises what it should not (a bug), becomes
+`error` results for its checks; an exception in the caller's `on_host_done` (a closed stdout)
+stops the run and is raised again in the caller's thread; a run that outlives
 `timeout` reports what finished and `error` for the rest. Workers are daemon threads, so
 a host stuck in a syscall cannot keep the process alive after the report is out.
 """
@@ -134,7 +136,35 @@ def run_profile(
     done_event = threading.Event()
     lock = threading.Lock()
     stopped = False
+    callback_fault: list[BaseException] = []  # on_host_done raised (a closed stdout): the caller's
     run_deadline = None if timeout is None else time.monotonic() + timeout
+
+    def one_host(i: int) -> None:
+        transport = transports[i]
+        try:
+            host = Host(transport, command_timeout=command_timeout)
+            try:  # before the checks, so the handshake does not eat the first check's budget
+                transport.connect()  # nothing for a transport with no connection (local, replay)
+                host.prefetch(_needed_files(profile))  # nothing where read_many is not faster
+            except HostError as exc:
+                host.unreachable = str(exc) if isinstance(exc, Unreachable) else None
+            run_checks(
+                host,
+                profile.checks,
+                debug=debug,
+                done=partial[i],
+                host_timeout=host_timeout,
+                run_deadline=run_deadline,
+                run_timeout=timeout,
+            )
+        except BaseException as exc:  # a transport's bug: this host's error, not a hang
+            seen = {c.id for c in partial[i]}
+            why = f"clustercheck's own fault on this host: {type(exc).__name__}: {exc}"
+            evidence = tuple(traceback.format_exc().splitlines()) if debug else ()
+            partial[i] += [CheckResult(c.id, Status.ERROR, why, evidence) for c in profile.checks if c.id not in seen]
+        finally:
+            with contextlib.suppress(Exception):
+                transport.close()
 
     def worker() -> None:
         while not stopped:
@@ -142,33 +172,19 @@ def run_profile(
                 i = todo.get_nowait()
             except queue.Empty:
                 return
-            transport = transports[i]
-            try:
-                host = Host(transport, command_timeout=command_timeout)
-                try:  # before the checks, so the handshake does not eat the first check's budget
-                    transport.connect()  # nothing for a transport with no connection (local, replay)
-                    host.prefetch(_needed_files(profile))  # nothing where read_many is not faster
-                except HostError as exc:
-                    host.unreachable = str(exc) if isinstance(exc, Unreachable) else None
-                run_checks(
-                    host,
-                    profile.checks,
-                    debug=debug,
-                    done=partial[i],
-                    host_timeout=host_timeout,
-                    run_deadline=run_deadline,
-                    run_timeout=timeout,
-                )
-            finally:
-                with contextlib.suppress(Exception):
-                    transport.close()
-            report = HostReport(transport.host, tuple(partial[i]))
+            one_host(i)
+            report = HostReport(transports[i].host, tuple(partial[i]))
             with lock:
                 if stopped:  # the run's timeout already reported this host
                     return
                 finished[i] = report
-                if on_host_done is not None:
-                    on_host_done(report)
+                try:
+                    if on_host_done is not None:
+                        on_host_done(report)
+                except BaseException as exc:  # raised again in the caller's thread
+                    callback_fault.append(exc)
+                    done_event.set()
+                    return
                 if len(finished) == len(transports):
                     done_event.set()
 
@@ -181,6 +197,11 @@ def run_profile(
     hosts = []
     with lock:
         stopped = True
+        if callback_fault:
+            for transport in transports:
+                with contextlib.suppress(Exception):
+                    transport.close()
+            raise callback_fault[0]
         for i, transport in enumerate(transports):
             if i in finished:
                 hosts.append(finished[i])
