@@ -71,6 +71,7 @@ class _Collector:
         self._seen: set[bytes] = set()
         self._said: set[tuple[str | None, bytes]] = set()  # (host, message) of the INFO lines kept
         self._hosts: dict[bytes, tuple[str, str | None, int | None]] = {}  # prefix -> prefix_of()
+        self._plans: dict[tuple[bytes, bytes], tuple[Any, ...]] = {}  # (prefix, tail) -> _lean_plain's work
         self._prefixes: dict[bytes, str | None] = {}
         self._classes: dict[bytes, tuple[str, NetTail | None] | tuple[()]] = {}
 
@@ -296,6 +297,12 @@ class _Collector:
         when one of them lacks GPUDirect RDMA (counted per host) or it uses shared memory (counted for
         the job and the host)."""
         out = self.out
+        at = line.find(b"via NET/")
+        if at > 0 and line[at - 1] == 32 and line.count(b"via ") == 1:  # one network tail after " via "
+            marker = line.find(b"NCCL INFO ", 0, at)
+            if marker >= 0 and line.find(b"NCCL INFO ", marker + 10) < 0:
+                self._lean_plain(line[:marker], line[at + 8 :], line, line_no)
+                return
         no_gdr = shm = False
         for m in _VIA.finditer(line):
             raw_tail = m.group(1)
@@ -319,6 +326,46 @@ class _Collector:
             self._attribute(line, line_no, job_counts=False)
         if shm:  # no P2P between local GPUs: shared memory
             self._attribute(line, line_no, job_counts=True)
+
+    def _lean_plain(self, prefix: bytes, raw_tail: bytes, line: bytes, line_no: int) -> None:
+        """lean_line for a line with one marker and one ` via NET/`: what it adds depends on its prefix
+        and tail alone, worked out once per distinct pair (an all-TCP log has every line here)."""
+        plan = self._plans.get((prefix, raw_tail))
+        if plan is None:
+            cls = self._classify(b"NET/" + raw_tail)
+            if not cls or cls[1] is None:
+                plan = ()
+            else:
+                host = _UNSET
+                if not cls[1].gdr:  # as _attribute: the host of the prefix, the class of the same tail
+                    host = self._prefixes.get(prefix, _UNSET)
+                    if host is _UNSET:
+                        parsed = split_line(line[:MAX_KEPT].decode("utf-8", "replace"))
+                        if parsed is not None and parsed.level != "GARBLED":
+                            if len(self._prefixes) > _SEEN_CAP:
+                                self._prefixes.clear()
+                            host = self._prefixes[prefix] = parsed.host
+                plan = (cls, host)
+            if len(self._plans) > _SEEN_CAP:
+                self._plans.clear()
+            self._plans[(prefix, raw_tail)] = plan
+        if not plan:
+            return
+        cls, host = plan
+        out = self.out
+        tail = cls[1]
+        assert tail is not None
+        key = (tail.name, tail.gdr)
+        entry = out.net.get(key)
+        if entry is None:
+            out.net[key] = [1, line_no]
+            out.tails[cls[0]] = tail
+        else:
+            entry[0] += 1
+        if tail.proxy is not None:
+            out.pxn += 1
+        if host is not _UNSET:
+            self._count(host, cls, line_no, False)
 
     def _attribute(self, line: bytes, line_no: int, *, job_counts: bool) -> None:
         """The line's host and the transport after its first ` via `, counted per host."""
