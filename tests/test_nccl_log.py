@@ -596,7 +596,7 @@ def test_block_reader_numbers_lines_across_boundaries(monkeypatch: pytest.Monkey
     assert part.lines == len(lines)
     want = [(i, line) for i, line in enumerate(lines, 1) if "NCCL" in line]
     seen = {(n, text) for n, text in part.records}
-    firsts = {}
+    firsts: dict[str, int] = {}
     for n, text in want:
         firsts.setdefault(text, n)
     assert seen == {(n, t) for t, n in firsts.items()}
@@ -652,7 +652,7 @@ def test_cli_table_and_exit_codes() -> None:
 def test_cli_json_shape() -> None:
     run = cli("nccl-log", "--format", "json", LOGS / "issue-nccl-tests-188-ib-disabled-socket-2node-init-EXCERPT.txt")
     data = json.loads(run.stdout)
-    for key, kind in {
+    kinds: dict[str, type | tuple[type, ...]] = {
         "nccl_version": (str, type(None)),
         "network": (str, type(None)),
         "link_layer": (str, type(None)),
@@ -662,7 +662,8 @@ def test_cli_json_shape() -> None:
         "hosts": dict,
         "status": str,
         "findings": list,
-    }.items():
+    }
+    for key, kind in kinds.items():
         assert isinstance(data[key], kind), key
     assert data["network"] == "socket" and data["status"] in ("ok", "warn", "fail")
     for finding in data["findings"]:
