@@ -23,9 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 BINARIES = ("munged", "slurmctld", "slurmd", "scontrol", "srun", "sinfo")
 CLUSTERCHECK = [sys.executable, "-m", "clustercheck"]
@@ -327,3 +327,24 @@ class SlurmCluster:
             tail = log.read_text(errors="replace").splitlines()[-lines:]
             out.append(f"== {log.name}\n" + "\n".join(tail))
         return "\n".join(out)
+
+
+Cluster = TypeVar("Cluster", bound="SlurmCluster")
+
+
+@contextlib.contextmanager
+def running(
+    prefix: str, nodes: list[str], healthy_fixture: Path, *, cls: type[Cluster], **options: Any
+) -> Iterator[Cluster]:
+    """A started cluster of `cls` (SlurmCluster or a subclass) in a short temporary folder, for a
+    test module's or session's fixture: every daemon stopped and the folder removed after, and a
+    daemon that would not stop fails the tests."""
+    root = short_tmpdir(prefix)
+    cluster = cls(root, nodes, **options)
+    try:
+        cluster.start(healthy_fixture)
+        yield cluster
+    finally:
+        stubborn = cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        assert not stubborn, f"daemons that would not stop: {stubborn}"

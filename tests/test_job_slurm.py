@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import sys
 import time
@@ -21,7 +20,7 @@ from typing import Any
 
 import pytest
 from tests.helpers import FIXTURES
-from tests.slurm_cluster import SlurmCluster, free_ports, missing_binaries, short_tmpdir
+from tests.slurm_cluster import SlurmCluster, free_ports, missing_binaries, running
 from tests.test_job import make_node
 
 _missing = missing_binaries()
@@ -39,15 +38,10 @@ JOB = [sys.executable, "-m", "clustercheck", "job"]
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[SlurmCluster]:
-    root = short_tmpdir("cc-job-")
-    cluster = SlurmCluster(root, NODES, health_interval=0, gpus=3)
-    try:
-        cluster.start(FIXTURES / "prolog-cluster" / "healthy")
+    with running(
+        "cc-job-", NODES, FIXTURES / "prolog-cluster" / "healthy", cls=SlurmCluster, health_interval=0, gpus=3
+    ) as cluster:
         yield cluster
-    finally:
-        stubborn = cluster.stop()
-        assert not stubborn, f"daemons that would not stop: {stubborn}"
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def sbatch(slurm: SlurmCluster, name: str, body: str, *, header: str = "") -> tuple[str, str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import FIXTURES
-from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, short_tmpdir
+from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, running
 
 PROLOG = FIXTURES / "prolog-cluster"
 HEALTHY = PROLOG / "healthy"
@@ -37,15 +36,10 @@ pytestmark = [
 
 @pytest.fixture(scope="session")
 def slurm() -> Iterator[SlurmCluster]:
-    root = short_tmpdir("cc-slurm-")
-    cluster = SlurmCluster(root, ["n1", "n2", "n3", "n4", "n5", "n6"], health_interval=2)
-    try:
-        cluster.start(HEALTHY)
+    with running(
+        "cc-slurm-", ["n1", "n2", "n3", "n4", "n5", "n6"], HEALTHY, cls=SlurmCluster, health_interval=2
+    ) as cluster:
         yield cluster
-    finally:
-        stubborn = cluster.stop()
-        assert not stubborn, f"daemons that would not stop: {stubborn}"
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_healthy_prolog_lets_the_job_run(slurm: SlurmCluster) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import FIXTURES
-from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, short_tmpdir
+from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, running
 from tests.sshd import Fleet
 
 from clustercheck import sweep as logic
@@ -105,15 +104,11 @@ class Site:
 def slurm() -> Iterator[SlurmCluster]:
     if _missing or os.geteuid() != 0:
         pytest.skip("needs slurm-wlm, munge and root")
-    root = short_tmpdir("cc-sweep-")
-    cluster = SlurmCluster(root, ["w1", "w2", "w3", "w4", "w5", "w6", "w7"], health_interval=0)
-    try:
-        cluster.start(FIXTURES / "prolog-cluster" / "healthy")
+    nodes = ["w1", "w2", "w3", "w4", "w5", "w6", "w7"]
+    with running(
+        "cc-sweep-", nodes, FIXTURES / "prolog-cluster" / "healthy", cls=SlurmCluster, health_interval=0
+    ) as cluster:
         yield cluster
-    finally:
-        stubborn = cluster.stop()
-        assert not stubborn, f"daemons that would not stop: {stubborn}"
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

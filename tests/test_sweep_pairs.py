@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import stat
 import subprocess
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import CORPUS, FIXTURES, cli
-from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, short_tmpdir
+from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, running
 
 from clustercheck import sweep as logic
 from clustercheck.result import Status
@@ -83,15 +82,10 @@ needs_slurm = pytest.mark.skipif(
 def slurm() -> Iterator[SlurmCluster]:
     if _missing or os.geteuid() != 0:
         pytest.skip("needs slurm-wlm, munge and root")
-    root = short_tmpdir("cc-pairs-")
-    cluster = SlurmCluster(root, NODES, health_interval=0)
-    try:
-        cluster.start(FIXTURES / "prolog-cluster" / "healthy")
+    with running(
+        "cc-pairs-", NODES, FIXTURES / "prolog-cluster" / "healthy", cls=SlurmCluster, health_interval=0
+    ) as cluster:
         yield cluster
-    finally:
-        stubborn = cluster.stop()
-        assert not stubborn, f"daemons that would not stop: {stubborn}"
-        shutil.rmtree(root, ignore_errors=True)
 
 
 class Site:

@@ -40,7 +40,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.helpers import CORPUS, FIXTURES, cli
-from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, short_tmpdir
+from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, running
 
 from clustercheck import sweep as logic
 from clustercheck.facts.perftest import read_pair_sides
@@ -138,17 +138,12 @@ class HcaCluster(SlurmCluster):
 def slurm() -> Iterator[HcaCluster]:
     if _missing or not _namespaces_work():
         pytest.skip("needs slurm-wlm, munge, root and mount namespaces")
-    root = short_tmpdir("cc-rdma-")
-    cluster = HcaCluster(root, NODES, health_interval=0)
-    try:
-        cluster.start(FIXTURES / "prolog-cluster" / "healthy")
+    with running(
+        "cc-rdma-", NODES, FIXTURES / "prolog-cluster" / "healthy", cls=HcaCluster, health_interval=0
+    ) as cluster:
         for node in NODES:
             cluster.rate(node, "200 Gb/sec (4X HDR)")
         yield cluster
-    finally:
-        stubborn = cluster.stop()
-        assert not stubborn, f"daemons that would not stop: {stubborn}"
-        shutil.rmtree(root, ignore_errors=True)
 
 
 class Site:

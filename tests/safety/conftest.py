@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from tests.helpers import FIXTURES, REPO
-from tests.slurm_cluster import SlurmCluster, SyslogSink, missing_binaries, short_tmpdir
+from tests.slurm_cluster import SlurmCluster, SyslogSink, missing_binaries, running, short_tmpdir
 
 SAFETY_NODES = ["s1", "s2", "s3", "s4"]
 
@@ -31,15 +31,10 @@ def safety_slurm() -> Iterator[SlurmCluster]:
         pytest.skip(f"needs Debian's slurm-wlm and munge ({', '.join(missing)} not found)")
     if os.geteuid() != 0:
         pytest.skip("slurmd must run as root to start jobs as their users")
-    root = short_tmpdir("cc-safe-")
-    cluster = SlurmCluster(root, SAFETY_NODES, health_interval=2)
-    try:
-        cluster.start(FIXTURES / "prolog-cluster" / "healthy")
+    with running(
+        "cc-safe-", SAFETY_NODES, FIXTURES / "prolog-cluster" / "healthy", cls=SlurmCluster, health_interval=2
+    ) as cluster:
         yield cluster
-    finally:
-        stubborn = cluster.stop()
-        assert not stubborn, f"daemons that would not stop: {stubborn}"
-        shutil.rmtree(root, ignore_errors=True)
 
 
 class Sandbox:
