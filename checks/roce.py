@@ -15,14 +15,16 @@ Parsers: clustercheck.facts.roce.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from clustercheck import Host, Result, check, fail, ok, skip, warn
 from clustercheck.errors import HostError
+from clustercheck.facts import script_text, shown_with
 from clustercheck.facts.infiniband import port_selected, rdma
 from clustercheck.facts.roce import QosReading, parse_mlnx_qos, parse_net_sysfs, ranges
+
+NET_SYSFS_SCRIPT = script_text("roce_net_sysfs.sh")  # ECN enable files and MTU of the folder given as $1
 
 
 def _validate(params: Mapping[str, Any], profiles: tuple[str, ...]) -> list[str]:
@@ -131,10 +133,8 @@ def qos(
             if reading.trust == "dscp":
                 f_map[label] = ranges(reading.dscps_of(priority))
         base = f"/sys/class/net/{ndev}"
-        quoted = shlex.quote(base)
-        read = host.run(
-            "sh", "-c", f"grep -H . {quoted}/ecn/roce_np/enable/* {quoted}/ecn/roce_rp/enable/* {quoted}/mtu; exit 0"
-        )
+        argv = ("sh", "-c", NET_SYSFS_SCRIPT, "sh", base)
+        read = host.run(*argv, shown_as=shown_with(argv, NET_SYSFS_SCRIPT, "'<roce net sysfs script>'"))
         net = parse_net_sysfs(read.stdout.splitlines())
         if ecn:
             np, rp = net.ecn.get(("roce_np", priority)), net.ecn.get(("roce_rp", priority))

@@ -92,6 +92,12 @@ SENT = {
         836,
         "8ee9a9fbc845d6021758ee3f79c0da5fbb862c546a73397383695ce73a3ff3d2",
     ),
+    # was an f-string around the shlex-quoted folder; the folder is now $1 (fixtures re-derived)
+    "clustercheck.checks.roce:NET_SYSFS_SCRIPT": (
+        "roce_net_sysfs.sh",
+        79,
+        "c94363e474c009f434638d00622ad75ded1a246c3b17eea7ea30959f3f99ac4c",
+    ),
 }
 
 
@@ -140,6 +146,7 @@ RECORDED = {
     "clustercheck.checks.rdma.counters:gather_script(5)": 4,
     "clustercheck.checks.nccl:_LIST_SCRIPT": 6,
     "clustercheck.checks.nccl:_GREP_SCRIPT": 6,
+    "clustercheck.checks.roce:NET_SYSFS_SCRIPT": 6,
 }
 
 
