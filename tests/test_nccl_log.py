@@ -1087,3 +1087,77 @@ def test_grep_path_reads_a_growing_log_up_to_the_size_it_had(tmp_path: Path, mon
     monkeypatch.setattr(nccl_log.knobs, "GREP", True)
     r = analyze_paths([path])
     assert json.dumps({**r.to_json(), "lines": r.lines}) == python[0] and path.stat().st_size > size
+
+
+def test_grep_path_reads_a_log_growing_by_channel_lines_up_to_the_size_it_had(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The greps count the common channel lines without Python seeing them: a log that grows by such
+    lines while they read is read in Python instead, up to the size it had, with the same report."""
+    from clustercheck.analyzers.nccl_log import grep
+
+    path = _big_log(tmp_path)
+    python, _, _ = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
+    size = path.stat().st_size
+    real = grep._start
+    grown = (
+        b"gpu001:207008:207008 [0] NCCL INFO Channel 00/0 : 1[1] -> 8[0] [receive] via NET/IB/0/GDRDMA\n"
+        b"gpu007:207008:207008 [0] NCCL INFO Channel 00/0 : 1[1] -> 8[0] [receive] via NET/IB/0\n"
+    ) * 500
+    fared: list[str] = []
+
+    def start_then_grow(*args: Any) -> Any:  # a new communicator's channel lines, written while grep reads
+        proc = real(*args)
+        with path.open("ab") as log:
+            log.write(grown)
+        return proc
+
+    def spy(*args: Any) -> Any:
+        try:
+            return scan_file(*args)
+        except grep.Unsuitable as exc:
+            fared.append(str(exc))
+            raise
+
+    scan_file = grep.scan_file
+    monkeypatch.setattr(grep, "_start", start_then_grow)
+    monkeypatch.setattr(grep, "scan_file", spy)
+    monkeypatch.setattr(nccl_log.knobs, "GREP", True)
+    r = analyze_paths([path])
+    assert json.dumps({**r.to_json(), "lines": r.lines}) == python[0] and path.stat().st_size > size
+    assert fared and "grew by channel lines" in fared[0]
+
+
+def test_lean_channel_lines_of_every_kind_agree_with_the_exact_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the exact start the common channel lines (IB, GPUDirect RDMA, no proxy, the tail ending the
+    line) are counted and every other one read: CRLF endings, PXN proxies (as in the single-HCA PXN
+    log), shared memory (as in the llama-3 SHM log) and no GPUDirect RDMA give what the exact scan
+    gives, through grep and in Python, in one process and in stretches."""
+    lines = _big_log(tmp_path).read_bytes().split(b"\n")
+    net = [i for i, line in enumerate(lines) if b"via NET/IB/" in line]
+    p2p = [i for i, line in enumerate(lines) if b"via P2P/" in line]
+    for i in net[::5]:
+        lines[i] += b"\r"
+    for i in net[1::7]:
+        lines[i] = lines[i].replace(b"/GDRDMA", b"(8)/GDRDMA")
+    for i in p2p[::11]:
+        lines[i] = lines[i].split(b" via ")[0] + b" via SHM/direct/direct"
+    path = tmp_path / "kinds.log"
+    path.write_bytes(b"\n".join(lines))
+    exact = analyze_paths([path])
+    assert exact.intra_node.get("SHM") and exact.net_channels == len(net)
+    python, via_grep, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=500, BLOCK=4096)
+    assert via_grep == python and fared.count("grep") == len(EXPECTS)
+    fast = json.loads(python[0])
+    want = exact.to_json()
+    for key in ("network", "link_layer", "gpudirect_rdma", "net_channels", "single_node", "status"):
+        assert fast[key] == want[key], key
+    assert {h: v["gpudirect_rdma"] for h, v in fast["hosts"].items()} == {
+        h: v["gpudirect_rdma"] for h, v in want["hosts"].items()
+    }
+    assert [f["message"] for f in fast["findings"]] == [f["message"] for f in want["findings"]]
+    knobs = {"PARALLEL_MIN": 1, "GREP_MIN": 0, "BLOCK": 4096, "EXACT_CHANNELS": 500}
+    in_python = _in_a_fresh_process(path, 2, (None,), GREP=False, **knobs)
+    assert _in_a_fresh_process(path, 2, (None,), GREP=True, **knobs) == in_python
