@@ -59,8 +59,9 @@ NO_GDR_HOST = 77
 MIB = 1 << 20
 
 
-def generate(path: Path, size_mib: int) -> dict[str, int]:
-    """Write the job log; returns what it holds."""
+def generate(path: Path, size_mib: int, *, no_gdr: bool = False) -> dict[str, int]:
+    """Write the job log; returns what it holds. `no_gdr`: no host has GPUDirect RDMA (the worst case
+    of the grep pass: every network channel line is one Python reads)."""
     lines = TEMPLATE.read_bytes().splitlines(keepends=True)[1:]  # line 1 is a truncated Gloo message
     start = next(i for i, line in enumerate(lines) if b"Init START" in line)
     end = max(i for i, line in enumerate(lines) if b"Init COMPLETE" in line) + 1
@@ -79,7 +80,7 @@ def generate(path: Path, size_mib: int) -> dict[str, int]:
             copies = []
             for i, host in enumerate(hosts):
                 copy = [line.replace(TEMPLATE_HOST, host) for line in block]
-                if i == NO_GDR_HOST:
+                if i == NO_GDR_HOST or no_gdr:
                     copy = [line.replace(b"/GDRDMA", b"") for line in copy]
                 copies.append(copy)
             for at in range(0, len(block), 16):
@@ -152,7 +153,7 @@ def peak_memory(argv: list[str]) -> tuple[float, float]:
     return usage.ru_maxrss / 1024, peak_pss
 
 
-def measure(size_mib: int, rounds: int, keep: Path | None) -> dict[str, Any]:
+def measure(size_mib: int, rounds: int, keep: Path | None, worst: bool = False) -> dict[str, Any]:
     """Generate a log of `size_mib` MiB, time grep and nccl-log (-j 1, -j 2) on it; delete it after."""
     python = sys.executable
     folder = keep or Path(tempfile.mkdtemp(prefix="bench-nccl-"))
@@ -202,6 +203,16 @@ def measure(size_mib: int, rounds: int, keep: Path | None) -> dict[str, Any]:
         timed(head_cmd)
         fixed = sorted(timed_cpu(head_cmd)[:2] for _ in range(3))[1]  # the median round's (wall, CPU)
         head.unlink()
+        worst_case = None
+        if worst:  # the same job where no channel uses GPUDirect RDMA: Python reads every network channel line
+            log.unlink()
+            generate(log, size_mib, no_gdr=True)
+            timed(subjects["grep"])
+            timed(subjects["nccl-log -j 1"])
+            grep_w = min(timed(subjects["grep"])[0] for _ in range(2))
+            w, c, p = min((timed_cpu(subjects["nccl-log -j 1"]) for _ in range(2)), key=lambda t: t[0])
+            got = json.loads(p.stdout)
+            worst_case = (w, c, grep_w, got.get("gpudirect_rdma") is False and got.get("status") == "warn")
     finally:
         if keep is None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -219,6 +230,7 @@ def measure(size_mib: int, rounds: int, keep: Path | None) -> dict[str, Any]:
         "codes": codes,
         "memory": memory,
         "fixed": fixed,
+        "worst": worst_case,
         "verdict": verdict,
         "right": right and same,
         "same": same,
@@ -259,7 +271,7 @@ def main() -> int:
         print(f"bench_nccl: --sizes takes MiB counts like 300,1024,4096, not {args.sizes!r}", file=sys.stderr)
         return 64
     load_before = os.getloadavg()
-    runs = [measure(size, args.rounds, args.keep) for size in sizes]
+    runs = [measure(size, args.rounds, args.keep, worst=size == min(sizes)) for size in sizes]
     load = os.getloadavg()
     when = dt.datetime.now(dt.timezone.utc)
     python = Path(sys.executable).name
@@ -317,6 +329,14 @@ def main() -> int:
             )
             + f"; the fixed part (nccl-log -j 1 on the first {FIXED_MIB} MiB: start-up, the exact start, every "
             f"rank's init lines): {run['fixed'][0]:.2f} s wall, {run['fixed'][1]:.2f} s CPU"
+            + (
+                f"; the worst case (the same job with no channel using GPUDirect RDMA, as an all-TCP log: every "
+                f"network channel line read in Python): nccl-log -j 1 min {run['worst'][0]:.2f} s wall "
+                f"({run['worst'][0] / run['worst'][2]:.2f}x grep's {run['worst'][2]:.2f} s), "
+                f"{run['worst'][1]:.2f} s CPU, verdict {'as generated' if run['worst'][3] else 'NOT as generated'}"
+                if run["worst"]
+                else ""
+            )
         )
     if len(runs) > 1:  # what one more GB costs: the slope between the smallest and the largest log
         small, big = min(runs, key=lambda r: r["bytes"]), max(runs, key=lambda r: r["bytes"])
@@ -386,24 +406,33 @@ Command: `{python} bench/bench_nccl.py {size_arg}`
 - A run is a fixed part plus a cost per GB (both in the notes above). The fixed part is the
   interpreter's start and the imports (nccl-log with plain arguments does not import Typer), the
   exact start of the log (its first {EXACT:,} channel lines attributed to their hosts one by one,
-  read in Python) and parsing every rank's init lines once: for this 1,024-rank job about half a
-  second, which grep does not have; at 300 MB it is most of the run.
-- Past the exact start, two `grep -a -n -b -F` (analyzers/nccl_log/grep.py) read the rest of the
-  file side by side with the Python process: one prints the candidates of the line kinds that
-  decide the verdict, the other the channel lines counted by kind (`via NET/`, `via SHM`); Python
-  runs the same collector code as the pure-Python scan on what they print, block by block where
-  that scan cuts blocks, so the report is the same (checked above on every log, and in
-  tests/test_nccl_log.py on every corpus log). Fixed strings, not a regex: every line of such a
-  log holds `NCCL `, and grep's regex engine then costs twice its multi-string search.
-- So -j 1 is one Python process with two greps beside it: three processes on the machine's CPUs
-  (-j 2 cuts the same work into the stretches the pure-Python scan's processes would read, so its
-  report stays that scan's -j 2 report). What is left per GB is grep's two passes and Python's
-  count of the printed channel lines (about 12% of this log's bytes: every network channel line).
+  read in Python) and parsing every rank's init lines once (a line that repeats one of the same
+  host's, as every rank of a node prints them, is counted for the host, not parsed again): for
+  this 1,024-rank job a few tenths of a second, which grep does not have; at 300 MB it is most of
+  the run.
+- Past the exact start three GNU greps read the file beside the Python process (analyzers/nccl_log/
+  grep.py): `grep -a -n -b -F` for the candidates of the line kinds that decide the verdict, and
+  `grep -a -n -b -F -e 'via NET/' -e 'via SHM'` for the channel lines, whose output Python passes
+  on (counting its lines) to `grep -a -v -E 'via NET/IB/[0-9]+/GDRDMA$'`. So Python reads only the
+  channel lines that change the verdict (no GPUDirect RDMA, another network, a proxy, shared
+  memory) and counts the rest, the IB channels with GPUDirect RDMA that are almost every line of a
+  healthy job. The pure-Python scan applies the same rule to each line, so the report is the same
+  (checked above on every log, and in tests/test_nccl_log.py on every corpus log). Fixed strings
+  where they can be: every line of such a log holds `NCCL `, and grep's regex engine then costs
+  twice its multi-string search.
+- So -j 1 is one Python process with three greps beside it (-j 2 cuts the same work into the
+  stretches the pure-Python scan's processes would read, so its report stays that scan's -j 2
+  report; on two CPUs it is the same work, not a faster one). What is left per GB is grep's two
+  passes and the channel lines passed from one grep to the other (about 12% of this log's bytes:
+  every network channel line).
+- The worst case for the grep pass is a log where no channel uses GPUDirect RDMA (an all-TCP log,
+  or every HCA without it): every network channel line is read in Python, its prefix and tail worked
+  out once per distinct pair (the notes of the smallest size give its time).
 - Where GNU grep is not on PATH (or `CLUSTERCHECK_NCCL_GREP=0`), or a line is longer than a block,
   the pure-Python scan reads the file (the notes give its time); a grep that fails is said on
   stderr and the file is read again in Python, never a partial result.
 - The machine's CPUs are shared with other work: with a load above their number every process
-  waits for a CPU, and a run of three processes loses more than `grep -c`'s one (the Machine line).
+  waits for a CPU, and a run of four processes loses more than `grep -c`'s one (the Machine line).
 """
     print(text)
     if args.markdown:
