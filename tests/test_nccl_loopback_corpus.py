@@ -93,6 +93,7 @@ def test_the_loopback_judge_on_the_single_node_run(name: str, exit_code: int) ->
     assert (got, got_action) == (status, action), summary
     for w in words:
         assert w in summary, summary
+    assert "fell back to TCP sockets: fell back" not in summary  # the analyzer's words are not said twice
     if status == "fail":
         assert data["performance"] is False  # a configuration failure: no second measurement before a drain
 

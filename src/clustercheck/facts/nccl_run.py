@@ -185,6 +185,8 @@ def _problems(log: Any, variant: str, expect: str, require_gdr: bool) -> list[tu
     socket = log.network == "socket" or any(h.get("network") == "socket" for h in log.hosts.values())
     if socket:
         cause = next((f.message for f in log.findings if f.status.value != "ok" and "socket" in f.message.lower()), "")
+        if cause.startswith("fell back to TCP sockets"):  # the analyzer's finding says it already
+            cause = cause[len("fell back to TCP sockets") :].lstrip(": ")
         out.append(
             (True, "NCCL fell back to TCP sockets: " + (cause or "it selected the Socket network"), "FIX_CONFIG")
         )
