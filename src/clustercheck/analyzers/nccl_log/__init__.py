@@ -21,18 +21,19 @@ Line formats (domain-facts.md §C.1-C.2, NCCL src/debug.cc and the transport sou
 
 Speed: the scanner never parses every line. It reads fixed-size blocks and lets the regex
 engine find the few line kinds that decide the verdict (network selection, device lists,
-WARN lines, version, communicator sizes); only those are decoded and parsed, and identical
-lines (every rank prints the same init lines for every communicator) are parsed once.
-Channel lines, the bulk of a large log, are counted by kind in C (``findall`` over short
-captures); they are attributed to their host line by line for the first ``EXACT_CHANNELS`` of
-every input and, beyond that, only when they are the kind that matters per host (network
-channels without GPUDirect RDMA, TCP-socket channels, shared-memory channels). Memory stays
-constant: one block, bounded caches, and per-host state bounded by the number of hosts.
-Large files are cut into stretches at line boundaries and scanned by several processes; the
-raw evidence of each stretch (a `Partial`) is merged back in order, so line numbers hold.
-Where GNU grep is on PATH, a file of at least GREP_MIN bytes has its byte-level pass past the
-exact start done by two `grep -F` beside this process (`grep`: the same Partials, so the same
-report; no GNU grep, `CLUSTERCHECK_NCCL_GREP=0` or a line longer than a block: the scan above).
+WARN lines, version, communicator sizes); only those are decoded and parsed, identical lines
+(every rank prints the same init lines for every communicator) are parsed once, and so is an
+INFO line that repeats one of the same host's (every rank of a node prints the same ones).
+Channel lines, the bulk of a large log, are attributed to their host line by line for the first
+``knobs.EXACT_CHANNELS`` of every input; beyond that the common ones (IB with GPUDirect RDMA, no
+proxy: `grammar._COMMON`) are only counted, and every other one (no GPUDirect RDMA, another
+network, a proxy, shared memory) is read on its own. Memory stays constant: one block, bounded
+caches, and per-host state bounded by the number of hosts. Large files are cut into stretches at
+line boundaries and scanned by several processes; the raw evidence of each stretch (a
+`Partial`) is merged back in order, so line numbers hold. Where GNU grep is on PATH, a file of
+at least GREP_MIN bytes has its byte-level pass past the exact start done by GNU grep beside
+this process (`grep`: the same Partials, so the same report; no GNU grep,
+`CLUSTERCHECK_NCCL_GREP=0` or a line longer than a block: the scan above).
 
 The package: `knobs` (the sizes that steer the scan: set them there), `grammar` (one line -> what
 it says), `scan` (blocks, stretches, processes -> `Partial`), `grep` (the same `Partial`s through

@@ -1,16 +1,19 @@
 """The byte-level pass of a large file by GNU grep: the same evidence as the pure-Python scan, faster.
 
 Past the exact start of a file (its first EXACT_CHANNELS channel lines, still read by scan.py),
-the Python scan only looks at lines that hold one of the lean line kinds (`_RARE_LEAN`) or a
-channel counted by kind (`via NET/...`, `via SHM`). Two `grep -a -n -b -F` (C locale, side by
-side) print those lines, with their line numbers and byte offsets, and read every other byte at
-grep's speed; Python then runs the very same code (scan._Collector) on the printed lines, the
-channel lines block by block where scan._blocks cuts its blocks, and puts the real line numbers
-back. So the Partials, and everything judged from them, are the pure-Python path's, byte for byte.
+the Python scan only looks at lines that hold one of the lean line kinds (`_RARE_LEAN`), and at
+channel lines (`via NET/`, `via SHM`) that are not common ones (`_COMMON`: IB with GPUDirect RDMA,
+no proxy), which it only counts. Here, in the C locale and side by side: `grep -a -n -b -F`
+prints the candidates of the lean kinds, and another the channel lines, with their line numbers
+and byte offsets, which pass (counted on the way, `_Pump`) into `grep -v -E COMMON_ERE`, so only
+the lines that change the verdict reach Python. Python runs the very same code (scan._Collector)
+on them, with the real line numbers, and counts the common lines the filter left out. So the
+Partials, and everything judged from them, are the pure-Python path's.
 
 Where this cannot promise that, the caller scans in Python (`Unsuitable`): no GNU grep, a line
 longer than a block (the Python reader's overlong-line rule depends on how reads fall), a file
-that changes while read. A grep that fails or is killed is an error (`GrepFailed`), never a
+replaced while read, or one that grew by channel lines while they were counted (Python reads it
+up to the size it had). A grep that fails or is killed is an error (`GrepFailed`), never a
 partial result.
 """
 

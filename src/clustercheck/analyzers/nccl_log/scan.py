@@ -1,9 +1,9 @@
 """Reading a log: blocks of a file or stream, the few line kinds that matter found by the regex
-engine, channel lines counted in C; a large file in stretches on several processes.
+engine, the common channel lines counted by it; a large file in stretches on several processes.
 
 What comes out is a `Partial` per stretch: raw evidence (the lines worth parsing, channel counts,
 first lines), picklable, interpreted and merged in order by state.Scanner. The sizes that steer
-this (BLOCK, MAX_LINE, EXACT_CHANNELS, PARALLEL_MIN) are the package's own attributes, read at
+this (BLOCK, MAX_LINE, EXACT_CHANNELS, PARALLEL_MIN) are attributes of nccl_log.knobs, read at
 each call, so a caller (or a test) sets them in one place.
 """
 
