@@ -1161,3 +1161,19 @@ def test_lean_channel_lines_of_every_kind_agree_with_the_exact_scan(
     knobs = {"PARALLEL_MIN": 1, "GREP_MIN": 0, "BLOCK": 4096, "EXACT_CHANNELS": 500}
     in_python = _in_a_fresh_process(path, 2, (None,), GREP=False, **knobs)
     assert _in_a_fresh_process(path, 2, (None,), GREP=True, **knobs) == in_python
+
+
+def test_common_channel_lines_keep_their_first_line_before_a_later_proxy_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PXN line (read one by one) after the first common line (only counted) has the same key, IB
+    with GPUDirect RDMA: the key's first line is still the common one, through grep as in Python."""
+    lines = (LOGS / "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt").read_bytes().split(b"\n")
+    net = [i for i, line in enumerate(lines) if line.endswith(b"/GDRDMA")]
+    lines[net[3]] = lines[net[3]].replace(b"/GDRDMA", b"(3)/GDRDMA")  # as the PXN log prints a proxy
+    path = tmp_path / "pxn-later.log"
+    path.write_bytes(b"\n".join(lines))
+    python, via_grep, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=0, BLOCK=1 << 14)
+    assert via_grep == python and "grep" in fared
+    (gdr,) = [f for f in json.loads(python[0])["findings"] if "GPUDirect RDMA on all" in f["message"]]
+    assert gdr["lines"] == [net[0] + 1]

@@ -504,20 +504,24 @@ class _LeanFeeder:
 
 def _add_common(lean: list[_Stretch], pump: _Pump, fed: _LeanFeeder, x: int, base: int, head: _Stretch) -> None:
     """The common lines (printed by grep, left out by the filter) counted under COMMON_KEY, in the
-    stretch and at the place of their first line where no earlier evidence holds the key already."""
+    stretch and at the place of their first line (before a later line of another kind with the same
+    key: IB with a proxy), unless the exact start holds the key already (its place and line stand)."""
     common = pump.lines - fed.count
     if common <= 0:
         return
-    if any(cls == "NET/IB/GDRDMA" for _, cls, _ in head.collector.out.channels) or pump.first is None:
-        target, line = lean[0], 0  # the exact start has the key: its place and first line stand
-    else:
-        number, offset = pump.first
-        line = base + number
-        target = next((s for s in lean if x + offset < s.stop), lean[-1])
-    net = target.collector.out.net
-    if COMMON_KEY in net:
-        net[COMMON_KEY][0] += common
+    if any(cls == "NET/IB/GDRDMA" for _, cls, _ in head.collector.out.channels):
+        net = lean[0].collector.out.net
+        net.setdefault(COMMON_KEY, [0, 0])[0] += common
         return
+    if pump.first is None:
+        raise GrepFailed("grep left out channel lines that are not common ones")
+    number, offset = pump.first
+    line = base + number
+    target = next((s for s in lean if x + offset < s.stop), lean[-1])
+    net = target.collector.out.net
+    had = net.pop(COMMON_KEY, None)
+    if had is not None:
+        common, line = common + had[0], min(line, had[1])
     items = list(net.items())
     at = next((i for i, (_, (_, first)) in enumerate(items) if first > line), len(items))
     items.insert(at, (COMMON_KEY, [common, line]))
