@@ -1177,3 +1177,33 @@ def test_common_channel_lines_keep_their_first_line_before_a_later_proxy_line(
     assert via_grep == python and "grep" in fared
     (gdr,) = [f for f in json.loads(python[0])["findings"] if "GPUDirect RDMA on all" in f["message"]]
     assert gdr["lines"] == [net[0] + 1]
+
+
+def test_a_grep_that_fails_after_the_exact_start_leaves_no_line_counted_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The exact start's lines are parsed while the greps read on; where grep then fails, the scan
+    forgets them and reads the whole file in Python: a transport error near the start counts once."""
+    import shutil as sh
+
+    lines = _big_log(tmp_path).read_text().splitlines()
+    warn = (
+        "gpu003:207008:208000 [1] transport/net_ib.cc:2453 NCCL WARN NET/IB: Got completion from peer "
+        "10.99.91.63<36473> with status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.99.91.59"
+    )  # the big log's own last line, from another host, near the start
+    path = tmp_path / "warn-early.log"
+    path.write_text("\n".join([*lines[:5], warn, *lines[5:]]) + "\n")
+    python, _, _ = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
+    assert json.loads(python[0])["error_count"] == 2
+    real = sh.which("grep")
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    fake = folder / "grep"
+    fake.write_text(
+        f'#!/bin/sh\ncase "$1" in --version) exec {real} --version;; esac\n{real} "$@" | head -c 3000; kill -9 $$\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    _, killed, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
+    assert killed == python and "grep" not in fared
+    assert "failed (killed by signal 9)" in capfd.readouterr().err

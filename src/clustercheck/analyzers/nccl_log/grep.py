@@ -27,7 +27,7 @@ import re
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO
 
 import clustercheck.analyzers.nccl_log.knobs as knobs
@@ -252,9 +252,15 @@ RARE_STRINGS = (
 VIA_STRINGS = ("via NET/", "via SHM")
 
 
-def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) -> list[Partial]:
+def scan_file(
+    path: str,
+    stream: IO[bytes],
+    tasks: list[tuple[int, int, bool]],
+    exact_read: Callable[[Partial], None] | None = None,
+) -> list[Partial]:
     """The Partials of the stretches `tasks` ((start, end, first) as scan.py cuts a file), their line
-    numbers counted from the start of the file; Unsuitable or GrepFailed where grep cannot say it."""
+    numbers counted from the start of the file; Unsuitable or GrepFailed where grep cannot say it.
+    `exact_read` is given the first Partial once its exact start is read, while the greps read on."""
     grep = gnu_grep()
     if grep is None:
         raise Unsuitable("no GNU grep")
@@ -302,6 +308,8 @@ def scan_file(path: str, stream: IO[bytes], tasks: list[tuple[int, int, bool]]) 
                 got.append(pos)
             if got != head.ends or head.collector.out.overlong:
                 raise Unsuitable("the exact start was read differently")
+            if exact_read is not None:
+                exact_read(head.collector.out)
         base = line - 1  # lines before x
         rare, via = _RareFeeder(lean, x, base), _LeanFeeder(lean, x, base)
         while True:

@@ -59,6 +59,7 @@ class Partial:
     cut_line: int = 0  # the first of them (relative to the stretch)
     # host -> [lines, CUDA devices] of INFO lines that repeat one already kept for the host (see _repeat)
     repeats: dict[str | None, list[Any]] = field(default_factory=dict)
+    parsed: int = 0  # records the scanner parsed already (the exact start, while grep read the rest)
 
 
 class _Collector:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from collections.abc import Iterable
@@ -90,16 +91,21 @@ class Scanner:
         # a lock (an embedding program's, a test runner's) can wait on it for ever
         parallel = jobs > 1 and size >= knobs.PARALLEL_MIN and _fork_available() and threading.active_count() == 1
         if size >= knobs.GREP_MIN and _grep_wanted():
+            import copy
+
             import clustercheck.analyzers.nccl_log.grep as grep
 
+            before = copy.deepcopy(self.job)  # the lines parsed early are taken back where grep cannot answer
             try:
                 with open(path, "rb", buffering=0) as stream:
-                    parts = grep.scan_file(path, stream, _tasks(size, jobs) if parallel else [(0, size, True)])
+                    tasks = _tasks(size, jobs) if parallel else [(0, size, True)]
+                    parts = grep.scan_file(path, stream, tasks, self._parse_early)
             except grep.Unsuitable:
-                pass
+                self.job = before
             except grep.GrepFailed as exc:  # never a partial result: the whole file again, in Python
                 import sys
 
+                self.job = before
                 print(f"clustercheck: {exc}; reading {path} in Python instead", file=sys.stderr)
             else:
                 self.job.sources.append(path)
@@ -120,6 +126,12 @@ class Scanner:
                 self.add(part, offset)
                 offset += part.lines
 
+    def _parse_early(self, part: Partial) -> None:
+        """The lines of the file's exact start, parsed while the greps read the rest (add() skips them)."""
+        for line, raw in part.records:
+            self.parse(raw, Ref(part.name, line))
+        part.parsed = len(part.records)
+
     def add(self, part: Partial, offset: int = 0) -> None:
         """Merge the evidence of one stretch whose first line is line `offset + 1` of its input."""
         job, name = self.job, part.name
@@ -128,7 +140,7 @@ class Scanner:
         if part.cut:
             job.cut += part.cut
             job.cut_ref = job.cut_ref or Ref(name, offset + part.cut_line)
-        for line, raw in part.records:
+        for line, raw in itertools.islice(part.records, part.parsed, None):  # (those _parse_early left)
             self.parse(raw, Ref(name, offset + line))
         for host, (n, devs) in part.repeats.items():  # INFO lines that repeat one parsed for the host
             h = self.host(host)
