@@ -53,8 +53,8 @@ SENT = {
     ),
     "clustercheck.sweep:RDMA_PAIR_SCRIPT": (
         "rdma_pair.sh",
-        1229,
-        "5949e8afe2901f059af985995ad037ff12293bee142bb75ccd22c4290e017e7a",
+        1237,
+        "d8eee37e9ec1da1089b63c2325bb5fdcc0ba93cb11c7efd31458006fdb2aea9c",
     ),
     "clustercheck.facts.image:IMAGE_FILE_SCRIPT": (
         "image_file.sh",

@@ -427,6 +427,29 @@ def test_a_port_down_fails_and_an_hca_missing_at_one_end_is_an_error() -> None:
     assert none.status is Status.ERROR and "printed nothing" in none.summary
 
 
+def test_a_port_other_than_1_is_named_to_perftest_at_both_ends() -> None:
+    # -p is perftest's TCP port (the script sets it per run); the HCA port is -i (default 1): a
+    # profile's `port: 2` must measure port 2, not judge port 2's sysfs rate on port 1's traffic
+    argv = logic.rdma_pair_argv(SPEC._replace(port=2), PAIR, "10.0.0.1", ["mlx5_0:host"])
+    assert argv[7] == "2" and argv[-2:] == ["-i", "2"], argv
+    assert "-i" not in logic.rdma_pair_argv(SPEC, PAIR, "10.0.0.1", ["mlx5_0:host"])  # 1: perftest's default
+
+
+@pytest.mark.parametrize(
+    ("rc", "words"), [(139, "crashed: killed by signal 11 (SIGSEGV)"), (127, "could not be started")]
+)
+def test_a_tool_that_crashes_is_not_called_a_timeout(rc: int, words: str) -> None:
+    text = _ends("4: ACTIVE", "200 Gb/sec (4X HDR)", "").replace(
+        "@@cc end mlx5_0:host rc=0", f"@@cc end mlx5_0:host rc={rc}"
+    )
+    run = logic.judge_rdma_pair(PAIR, text, "", SPEC._replace(cuda=()), ["mlx5_0:host"], server_addr="x")
+    assert run.status is Status.ERROR and words in run.summary and "did not finish" not in run.summary, run.summary
+    for stopped in logic.TIMED_OUT:  # timeout's own codes: after TERM, after -k's KILL
+        text = _ends("4: ACTIVE", "200 Gb/sec (4X HDR)", "").replace("rc=0", f"rc={stopped}")
+        run = logic.judge_rdma_pair(PAIR, text, "", SPEC._replace(cuda=()), ["mlx5_0:host"], server_addr="x")
+        assert "did not finish within 7.5 s" in run.summary, run.summary
+
+
 def test_the_rdma_straggler_is_slow_everywhere_and_proven_by_a_fast_partner() -> None:
     def run(a: str, b: str, status: Status, slow: bool = True) -> logic.RdmaPairRun:
         return logic.RdmaPairRun(logic.Pair(a, b, "s1"), status, "", slow=slow and status is Status.FAIL)

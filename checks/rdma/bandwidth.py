@@ -109,7 +109,7 @@ def bandwidth(
     Between two nodes (`clustercheck sweep --pairs`, on pairs of the nodes that passed their own
     run, chosen from Slurm's topology: a ring within each leaf switch, one pair across each leaf
     boundary): one `srun -w A,B -N2 --exclusive` per pair runs, for each HCA (`devices`, else those
-    this check judged on A), the `ib_write_bw -d HCA -p PORT --report_gbits -s SIZE -n ITERATIONS`
+    this check judged on A), the `ib_write_bw -d HCA -p OOB_PORT [-i PORT] --report_gbits -s SIZE -n N`
     server on A and the same client on B to A's NodeAddr, matched by HCA name and port number (rail
     to rail: mlx5_0 port 1 with mlx5_0 port 1), from host memory and, for the `cuda` pairs, from
     GPU memory at both ends. Run k listens on perftest's TCP port 18515+k. One run moves SIZE x
@@ -164,7 +164,8 @@ def bandwidth(
                 errors.append(f"{label}: sysfs shows no state for it on {host.name}")
             continue
         for gpu in [None, *gpus.get(hca, [])]:
-            options = list(bw_argv(binary, hca, size=size, iterations=iterations, gid_index=gid_index, cuda=gpu)[3:])
+            argv = bw_argv(binary, hca, size=size, iterations=iterations, gid_index=gid_index, cuda=gpu, ib_port=port)
+            options = list(argv[3:])
             where = label + ("" if gpu is None else f" from GPU {gpu}")
             verdict = _one(host, binary, hca, options, target, min_fraction, run_timeout)
             entry["runs"].append({"memory": "host" if gpu is None else f"gpu {gpu}", **verdict.to_json()})

@@ -30,6 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -620,7 +621,10 @@ def rdma_pair_argv(spec: RdmaSpec, pair: Pair, server_addr: str, runs: Sequence[
     the other, each end of each run bounded by the check's `run_timeout`."""
     from clustercheck.facts.perftest import bw_argv
 
-    options = bw_argv(spec.binary, "-", size=spec.size, iterations=spec.iterations, gid_index=spec.gid_index)[3:]
+    argv = bw_argv(
+        spec.binary, "-", size=spec.size, iterations=spec.iterations, gid_index=spec.gid_index, ib_port=spec.port
+    )
+    options = argv[3:]
     seconds = str(max(1, math.ceil(spec.run_timeout)))
     head = [pair.a, server_addr, spec.binary, str(spec.port), seconds, str(OOB_PORT), " ".join(runs)]
     return ["sh", "-c", RDMA_PAIR_SCRIPT, "sh", *head, *options]
@@ -745,6 +749,17 @@ def judge_rdma_pair(
     return result._replace(summary=summary + f" (at least {spec.min_fraction:.0%})")
 
 
+#: coreutils timeout's exit codes for "stopped at its limit": 124 (after TERM), 137 (after -k's KILL)
+TIMED_OUT = (124, 137)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f" ({signal.Signals(number).name})"
+    except ValueError:
+        return ""
+
+
 def _judge_end(role: str, node: str, side: Any, run: str, spec: RdmaSpec) -> dict[str, Any]:
     """One end of one run -> its entry: node, role, status, message, and for a failure its action
     and whether it is a measurement below the threshold (`measured`)."""
@@ -785,8 +800,13 @@ def _judge_end(role: str, node: str, side: Any, run: str, spec: RdmaSpec) -> dic
         return said("error", "found no server to connect to", no_server=True)
     if got.rc is None:
         return said("error", "its output was cut (no end line: the pair's run was stopped)")
-    if got.rc >= 124:
+    if got.rc in TIMED_OUT:
         return said("error", f"did not finish within {spec.run_timeout:g} s: stopped", timed_out=True)
+    if got.rc > 128:  # not timeout's kill: the tool died of a signal (SIGSEGV 139, SIGABRT 134)
+        name = _signal_name(got.rc - 128)
+        return said("error", f"{spec.binary} crashed: killed by signal {got.rc - 128}{name} (exit {got.rc})")
+    if got.rc in (126, 127):
+        return said("error", f"{spec.binary} could not be started (exit {got.rc})")
     try:
         table = parse_bw(got.output)
     except PerftestParseError as exc:

@@ -191,11 +191,22 @@ def parse_bw(text: str) -> BwRun:
 
 
 def bw_argv(
-    binary: str, device: str, *, size: int, iterations: int, gid_index: int = -1, cuda: int | None = None
+    binary: str,
+    device: str,
+    *,
+    size: int,
+    iterations: int,
+    gid_index: int = -1,
+    cuda: int | None = None,
+    ib_port: int = 1,
 ) -> tuple[str, ...]:
-    """One end of a bandwidth run: `ib_write_bw -d DEV --report_gbits -s SIZE -n ITERS [-x GID]
-    [--use_cuda=GPU]`; the client appends the server's address (the sweep's pairs: its host name)."""
+    """One end of a bandwidth run: `ib_write_bw -d DEV --report_gbits -s SIZE -n ITERS [-i PORT]
+    [-x GID] [--use_cuda=GPU]`; the client appends the server's address (the sweep's pairs: its
+    host name). `-i` is the HCA port (perftest's default is 1, so it is said only for another;
+    `-p` is perftest's TCP port, which the pair script sets)."""
     argv = [binary, "-d", device, "--report_gbits", "-s", str(size), "-n", str(iterations)]
+    if ib_port != 1:
+        argv += ["-i", str(ib_port)]
     if gid_index >= 0:
         argv += ["-x", str(gid_index)]
     if cuda is not None:

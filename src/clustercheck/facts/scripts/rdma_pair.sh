@@ -12,7 +12,8 @@
 # of a run is bounded by SECONDS (coreutils timeout, which kills the tool's process group): a
 # server whose client never comes stops there, and a client retries a refused connection (its
 # server may still be starting; perftest says "Couldn't connect") a second apart until then.
-# After a run that timed out neither end starts another (the other end gave up too): the rest
+# After a run that timed out (timeout's 124, or 137 after its KILL; a tool that crashed is
+# not that) neither end starts another (the other end gave up too): the rest
 # are reported as not run. No globbing (`set -f`): RUNS is split on blanks only. Lines starting
 # with `#` are not sent.
 set -f
@@ -41,7 +42,7 @@ for run in $runs; do
       case $rc:$out in 0:*) break ;; *"Couldn't connect"*) sleep 1 ;; *) break ;; esac
     done
   fi
-  [ "$rc" -ge 124 ] && stop=1
+  case $rc in 124|137) stop=1 ;; esac
   echo "@@cc end $run rc=$rc"
 done
 exit 0
