@@ -229,8 +229,9 @@ def nccl_log(args: Sequence[str]) -> int:
     """`nccl-log`: commands.nccl.fast_nccl_log, the same parser, scan and report as the full install's."""
     from clustercheck.commands.nccl import fast_nccl_log
 
-    if fast_nccl_log(list(args)):
-        return cli.left_exit_code(None)  # TEMPORARY (issue 14): fast_nccl_log leaves its code in cli.state
+    code = fast_nccl_log(list(args))
+    if code is not None:
+        return code
     try:
         import typer  # noqa: F401  (a full install beside the node's python3: its answer)
     except ImportError:

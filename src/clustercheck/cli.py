@@ -29,9 +29,6 @@ from clustercheck import __version__, formats, options
 from clustercheck.errors import ClusterCheckError, HostError, UsageError
 from clustercheck.result import ExitCode, HostReport, Report
 
-# TEMPORARY (issue 14): commands/sweep.py still calls cli.make_transports; the builder is there
-from clustercheck.transports import make_transports as make_transports
-
 if TYPE_CHECKING:
     from clustercheck.slurm import PrologOptions
     from clustercheck.transports.base import Transport
@@ -40,17 +37,9 @@ if TYPE_CHECKING:
 @dataclass
 class State:
     debug: bool = False  # --debug: tracebacks, and the boundary's own-fault mode off
-    # TEMPORARY (issue 14): commands/sweep.py and commands/nccl.py still leave their exit code
-    # here instead of returning it; `left_exit_code` reads it. Delete both once they return it.
-    exit_code: int = 0
 
 
 state = State()
-
-
-def left_exit_code(code: int | None) -> int:
-    """TEMPORARY (issue 14): a command's returned code, or (None) what it left in state.exit_code."""
-    return state.exit_code if code is None else int(code)
 
 
 def check_output(output: Path | None, option: str = "-o") -> None:

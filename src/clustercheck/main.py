@@ -21,8 +21,7 @@ def _fast_nccl_log(args: list[str]) -> int | None:
         return None
     from clustercheck.commands.nccl import fast_nccl_log
 
-    # TEMPORARY (issue 14): fast_nccl_log says only whether it ran; its code is left in cli.state
-    return cli.left_exit_code(None) if fast_nccl_log(args[1:]) else None
+    return fast_nccl_log(args[1:])
 
 
 def _typer(args: list[str]) -> int:
@@ -48,7 +47,7 @@ def _typer(args: list[str]) -> int:
     except SystemExit as exc:  # click still exits for a closed stdout (EPIPE) and shell completion
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ExitCode.USAGE)
         return int(ExitCode.USAGE if code == 2 else code)
-    return cli.left_exit_code(returned)  # TEMPORARY (issue 14): int(returned or 0) once sweep and nccl return it
+    return 0 if returned is None else int(returned)  # a command with nothing to say returns None
 
 
 def _dispatch(args: list[str]) -> int:

@@ -20,7 +20,6 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any
 
-from clustercheck import cli
 from clustercheck.errors import UsageError
 from clustercheck.result import ExitCode
 
@@ -66,14 +65,14 @@ def register(app: "typer.Typer") -> None:
             int | None,
             typer.Option("--jobs", "-j", min=1, help="Processes for a large file (default: up to 4, by the CPUs)."),
         ] = None,
-    ) -> None:
+    ) -> int:
         """Which network NCCL used (and why), GPUDirect RDMA, and transport errors, from NCCL_DEBUG=INFO logs.
 
         Inter-node traffic over TCP sockets (a fallback from InfiniBand/RoCE/EFA, or where --expect
         asks for RDMA) fails, as do transport errors; network channels without GPUDirect RDMA warn
         (fail with --expect-gdr). Exit 0 ok, 1 warn, 2 fail, 64 bad input.
         """
-        run_nccl_log(files, fmt, expect, expect_gdr, jobs)
+        return run_nccl_log(files, fmt, expect, expect_gdr, jobs)
 
     def nccl_tests(
         file: Annotated[str, typer.Argument(help="nccl-tests output (all_reduce_perf and friends); - reads stdin.")],
@@ -86,13 +85,13 @@ def register(app: "typer.Typer") -> None:
             typer.Option("--min-avg-busbw", min=0, help="Fail when 'Avg bus bandwidth' is below this many GB/s."),
         ] = None,
         fmt: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] = OutputFormat.table,
-    ) -> None:
+    ) -> int:
         """Read an nccl-tests result table: size -> algbw/busbw, Avg bus bandwidth, wrong results.
 
         The judged figure is the peak bus bandwidth (best of out-of-place and in-place over all
         sizes); wrong results or out-of-bounds values fail. Exit 0 ok, 1 warn, 2 fail, 64 bad input.
         """
-        run_nccl_tests(file, min_busbw, min_avg_busbw, fmt)
+        return run_nccl_tests(file, min_busbw, min_avg_busbw, fmt)
 
     app.command("nccl-log")(nccl_log)
     app.command("nccl-tests")(nccl_tests)
@@ -103,9 +102,9 @@ def register(app: "typer.Typer") -> None:
 _LOG_OPTIONS = {"--format": "format", "-f": "format", "--expect": "expect", "--jobs": "jobs", "-j": "jobs"}
 
 
-def fast_nccl_log(args: list[str]) -> bool:
+def fast_nccl_log(args: list[str]) -> int | None:
     """Run `nccl-log ARGS` (the words after the command) without Typer when every argument is a
-    plain, valid one; False hands them to Typer. Options as the Typer command's: --format/-f
+    plain, valid one: its exit code; None hands them to Typer. Options as the Typer command's: --format/-f
     table|json, --expect ib|roce|ofi|socket, --expect-gdr, --jobs/-j N (N >= 1), as `--opt VALUE`,
     `--opt=VALUE` or `-o VALUE`, and the files (- for stdin), in any order."""
     files: list[str] = []
@@ -124,24 +123,21 @@ def fast_nccl_log(args: list[str]) -> bool:
         name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         key = _LOG_OPTIONS.get(name)
         if key is None or key in opts or (not eq and not rest):
-            return False  # --help, --, an unknown or repeated option, a missing value: Typer's answer
+            return None  # --help, --, an unknown or repeated option, a missing value: Typer's answer
         opts[key] = inline if eq else rest.pop(0)
     try:
         fmt = OutputFormat(opts.get("format", "table"))
         expect = Expect(opts["expect"]) if "expect" in opts else None
         jobs = int(opts["jobs"]) if "jobs" in opts else None
     except ValueError:
-        return False
+        return None
     if not files or (jobs is not None and jobs < 1):
-        return False
-    run_nccl_log(files, fmt, expect, expect_gdr, jobs)
-    return True
+        return None
+    return run_nccl_log(files, fmt, expect, expect_gdr, jobs)
 
 
-def run_nccl_log(
-    files: list[str], fmt: OutputFormat, expect: Expect | None, expect_gdr: bool, jobs: int | None
-) -> None:
-    """`nccl-log`: scan the files as one job, print the report, set the exit code from its verdict."""
+def run_nccl_log(files: list[str], fmt: OutputFormat, expect: Expect | None, expect_gdr: bool, jobs: int | None) -> int:
+    """`nccl-log`: scan the files as one job, print the report; the exit code of its verdict."""
     from clustercheck.analyzers import nccl_log as analyzer
 
     scanner = analyzer.Scanner()
@@ -167,11 +163,11 @@ def run_nccl_log(
         print()
     else:
         _render_log(report, sys.stdout)
-    cli.state.exit_code = int(ExitCode.for_status(report.status))
+    return int(ExitCode.for_status(report.status))
 
 
-def run_nccl_tests(file: str, min_busbw: float | None, min_avg_busbw: float | None, fmt: OutputFormat) -> None:
-    """`nccl-tests`: read the result table, print the report, set the exit code from its verdict."""
+def run_nccl_tests(file: str, min_busbw: float | None, min_avg_busbw: float | None, fmt: OutputFormat) -> int:
+    """`nccl-tests`: read the result table, print the report; the exit code of its verdict."""
     from clustercheck.analyzers import nccl_tests as analyzer
 
     if file == "-":
@@ -193,7 +189,7 @@ def run_nccl_tests(file: str, min_busbw: float | None, min_avg_busbw: float | No
         print()
     else:
         _render_tests(report, sys.stdout)
-    cli.state.exit_code = int(ExitCode.for_status(report.status))
+    return int(ExitCode.for_status(report.status))
 
 
 def _check_readable(path: Path) -> None:

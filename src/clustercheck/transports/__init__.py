@@ -2,7 +2,7 @@
 (`fixture`), hosts over SSH (`ssh`).
 
 `make_transports` is the one place they are built from the command line's choice: --local
-(the default), --replay DIR... or --ssh HOSTLIST. `run`, `record`, `sweep` (through cli) and the
+(the default), --replay DIR... or --ssh HOSTLIST. `run`, `record`, `sweep --ssh` and the
 prolog and health modes (slurm.node_checks) all come here. Each kind is imported only when
 chosen, so the prolog's path (local or replay) never imports paramiko; kept in the package's
 own module, which every transport's import loads anyway, it adds no module to the prolog's.

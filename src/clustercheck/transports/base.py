@@ -29,7 +29,7 @@ What each call must do:
 - `fixture`: the recording this transport replays (a `Recording`: `fixture.Fixture`), None for a live node.
 
 A new transport: a module in this package whose class has these members (mypy checks it
-where it is passed as a Transport), a way to choose it in `cli.make_transports`, and its
+where it is passed as a Transport), a way to choose it in `clustercheck.transports.make_transports`, and its
 tests; see the README's contributors section.
 """
 
