@@ -5,7 +5,9 @@ the caller's own callback (a closed stdout) reaches the caller."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -91,3 +93,47 @@ def test_a_callback_that_raises_reaches_the_caller_without_a_hang() -> None:
                 prof, [LocalTransport(), LocalTransport()], version=__version__, jobs=2, on_host_done=closed_stdout
             )
         )
+
+
+def test_a_check_that_calls_sys_exit_is_its_own_crash_and_the_next_checks_run(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "quitter.py").write_text(
+        "import sys\nfrom clustercheck import check\n\n\n@check()\ndef leaves(host):\n"
+        '    """Leaves the process."""\n    sys.exit(4)\n'
+    )
+    prof_file = tmp_path / "p.yaml"
+    prof_file.write_text("checks:\n  quitter.leaves:\n  node.kernel:\n")
+    prof = profiles.load(str(prof_file), extra_check_dirs=(site,))
+    report = _in_thread(lambda: runner.run_profile(prof, [LocalTransport()], version=__version__))
+    (host,) = report.hosts
+    first, second = host.checks
+    assert (first.id, first.status) == ("quitter.leaves", Status.ERROR)
+    assert first.summary == "the check crashed: SystemExit: 4", first.summary
+    assert second.id == "node.kernel" and "own fault" not in second.summary  # the host's next check ran
+
+
+def test_a_callback_that_raises_after_the_runs_timeout_leaves_no_transport_open() -> None:
+    closed: list[str] = []
+
+    class Slow(LocalTransport):
+        def run(self, argv: object, *args: object, **kwargs: object) -> object:  # type: ignore[override]
+            time.sleep(5)
+            return super().run(argv, *args, **kwargs)  # type: ignore[arg-type]
+
+        def close(self) -> None:
+            closed.append(self.host)
+            super().close()
+
+    def closed_stdout(report: HostReport) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    prof = profiles.load("base")
+    hosts: list[LocalTransport] = [Slow(f"slow{i}") for i in range(3)]
+    with pytest.raises(BrokenPipeError):
+        _in_thread(
+            lambda: runner.run_profile(
+                prof, hosts, version=__version__, jobs=3, timeout=0.5, on_host_done=closed_stdout
+            )
+        )
+    assert sorted(set(closed)) == ["slow0", "slow1", "slow2"]

@@ -94,7 +94,7 @@ def run_one(host: Host, config: CheckConfig, *, debug: bool = False, deadline: f
     except FileNotFoundError as exc:  # a file the check needs is absent: it cannot tell
         status, remedy, evidence = Status.ERROR, "", []
         summary = f"cannot tell: {exc.filename or exc} is absent on the node"
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a check (a site's plugin too) that calls sys.exit is its own crash
         status, summary, remedy = Status.ERROR, f"the check crashed: {type(exc).__name__}: {exc}", ""
         evidence = traceback.format_exc().splitlines() if debug else []
     finally:
@@ -194,7 +194,8 @@ def run_profile(
         threading.Thread(target=worker, name=f"clustercheck-worker-{n}", daemon=True).start()
     done_event.wait(timeout)
 
-    hosts = []
+    hosts: list[HostReport] = []
+    late: list[HostReport] = []  # the hosts the run's timeout cut: reported to on_host_done last
     with lock:
         stopped = True
         if callback_fault:
@@ -212,8 +213,9 @@ def run_profile(
             seen = {c.id for c in got}
             why = f"not finished: the run's --timeout of {timeout:g} s expired"
             got += [CheckResult(c.id, Status.ERROR, why) for c in profile.checks if c.id not in seen]
-            report = HostReport(transport.host, tuple(got))
-            hosts.append(report)
-            if on_host_done is not None:
-                on_host_done(report)
+            hosts.append(HostReport(transport.host, tuple(got)))
+            late.append(hosts[-1])
+    for report in late:  # after every transport is closed: a callback that raises leaves none open
+        if on_host_done is not None:
+            on_host_done(report)
     return Report(version, profile.name, tuple(hosts))
