@@ -44,7 +44,7 @@ from tests.slurm_cluster import CLUSTERCHECK, SlurmCluster, missing_binaries, ru
 
 from clustercheck import sweep as logic
 from clustercheck.facts.perftest import read_pair_sides
-from clustercheck.result import Status
+from clustercheck.result import CheckResult, HostReport, Status
 
 TREE = CORPUS / "ib_sysfs" / "gpud-sys-class-infiniband-h100.0"
 HDR8M = CORPUS / "perftest" / "superbench-ib_write_bw-loopback-8M-hdr.log.txt"
@@ -448,6 +448,24 @@ def test_a_tool_that_crashes_is_not_called_a_timeout(rc: int, words: str) -> Non
         text = _ends("4: ACTIVE", "200 Gb/sec (4X HDR)", "").replace("rc=0", f"rc={stopped}")
         run = logic.judge_rdma_pair(PAIR, text, "", SPEC._replace(cuda=()), ["mlx5_0:host"], server_addr="x")
         assert "did not finish within 7.5 s" in run.summary, run.summary
+
+
+def test_hca_names_from_a_nodes_report_are_refused_unless_sysfs_could_list_them() -> None:
+    # the HCAs measured between nodes come from the first node's own rdma.bandwidth result (data a
+    # node wrote): a name with a blank or a ':' would split the pair script's runs, so none goes on
+    from clustercheck.app import app  # noqa: F401  (the command modules load through the app)
+    from clustercheck.commands import sweep as sweep_cmd
+
+    sweeper = sweep_cmd.Sweeper(sweep_cmd.Options(rdma=SPEC._replace(devices=()), srun="/bin/false"))
+    try:
+        ports: dict[str, dict[str, str]] = {"mlx5_0": {}, "mlx5_1 mlx5_9:host": {}}
+        result = CheckResult(logic.RDMA_CHECK, Status.OK, "ok", data={"ports": ports})
+        sweeper.reports[PAIR.a] = HostReport(PAIR.a, (result,))
+        run = sweeper.run_rdma_pair(PAIR, None, 1)
+        assert run.status is Status.ERROR and "'mlx5_1 mlx5_9:host'" in run.summary, run.summary
+        assert sweeper.rdma_srun_s == [] and not sweeper.procs  # nothing was started
+    finally:
+        shutil.rmtree(sweeper.folder, ignore_errors=True)
 
 
 def test_the_rdma_straggler_is_slow_everywhere_and_proven_by_a_fast_partner() -> None:

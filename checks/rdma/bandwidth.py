@@ -10,14 +10,13 @@ with the same function the sweep uses for two-node pairs (`judge_bw`). This modu
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from clustercheck import Host, Result, check, fail, ok
 from clustercheck.errors import HostError
 from clustercheck.facts import script_text, shown_with
-from clustercheck.facts.infiniband import parse_rate, parse_state, rdma
+from clustercheck.facts.infiniband import is_hca_name, parse_rate, parse_state, rdma
 
 if TYPE_CHECKING:  # the reader is imported when the check runs: every rdma module loads on the prolog path
     from clustercheck.facts.perftest import BwVerdict
@@ -43,7 +42,7 @@ def validate(params: Mapping[str, Any], profiles: tuple[str, ...]) -> list[str]:
     if not isinstance(fraction, float) or not 0 < fraction <= 1:
         problems.append(f"min_fraction must be above 0 and at most 1 (0.9 = 90% of the port's rate), got {fraction!r}")
     for hca in params.get("devices", ()):
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", hca):
+        if not is_hca_name(hca):
             problems.append(f"devices entry {hca!r} is not an HCA name as sysfs lists them (e.g. mlx5_0)")
     for pair in params.get("cuda", ()):
         hca, sep, gpu = pair.partition(":")

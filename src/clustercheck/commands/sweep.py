@@ -64,6 +64,7 @@ from clustercheck import slurm as slurm_mod
 from clustercheck import sweep as logic
 from clustercheck.app import AcceptOpt, ChecksDirOpt, IdentityOpt, PortOpt, SshConfigOpt, UserOpt
 from clustercheck.errors import ClusterCheckError, UsageError
+from clustercheck.facts.infiniband import is_hca_name
 from clustercheck.result import HostReport, Report, Status
 from clustercheck.transports import make_transports
 
@@ -686,6 +687,10 @@ class Sweeper:
         if not hcas:
             why = f"no HCA to measure on {pair.a}: its rdma.bandwidth result names none (set the check's `devices`)"
             return logic.RdmaPairRun(pair, Status.ERROR, why)
+        odd = [h for h in hcas if not is_hca_name(h)]
+        if odd:  # names the node's own report gave: never passed on to a script
+            why = f"{pair.a}'s rdma.bandwidth result names HCAs that sysfs cannot list: {', '.join(map(repr, odd))}"
+            return logic.RdmaPairRun(pair, Status.ERROR, why, remedy="set rdma.bandwidth's `devices` in the profile")
         runs = logic.rdma_runs(spec, hcas)
         addr = self.addrs.get(pair.a) or pair.a
         gpus = min(self.gpus.get(pair.a, 0), self.gpus.get(pair.b, 0)) if spec.cuda else 0

@@ -102,6 +102,15 @@ class RdmaNode:
         return next((u for u, h in sorted(self.uverbs.items()) if h == hca), None)
 
 
+_HCA_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def is_hca_name(name: str) -> bool:
+    """A name as /sys/class/infiniband lists HCAs (mlx5_0, bnxt_re1, irdma-0): what may be passed
+    to perftest's -d or put in a sysfs path."""
+    return _HCA_NAME_RE.fullmatch(name) is not None
+
+
 def natural_key(name: str) -> tuple[tuple[int, str], ...]:
     """Sort mlx5_2 before mlx5_10."""
     return tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"(\d+)", name) if p)
