@@ -144,6 +144,28 @@ def _socket(
         raise Unreachable(host, f"cannot connect to {t.label()}{through}: {exc.strerror or exc}") from exc
 
 
+class _Socket(socket.socket):
+    """A TCP socket that sends at once and acknowledges at once (TCP_NODELAY, TCP_QUICKACK).
+
+    SSH is a conversation of small messages, and Linux's Nagle and delayed ACK stall it: where
+    one end sends two small packets in a row (paramiko's NEWKEYS then its service request;
+    sshd's host-keys notice then its answer to our channel open), the second waits for the
+    ACK of the first, which the other end delays by 40 ms. Measured on loopback sshd, one
+    connection and the base profile's two requests: 140 ms a host, 88 of them such stalls,
+    against 47 ms with both options. TCP_QUICKACK does not stick (the kernel goes back to
+    delayed ACKs), so it is set again after each read: one setsockopt per read.
+    """
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        data = super().recv(bufsize, flags)
+        with contextlib.suppress(OSError):
+            self.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+        return data
+
+
+_QUICKACK = getattr(socket, "TCP_QUICKACK", 12)  # Linux; elsewhere setsockopt fails and is ignored
+
+
 def _tcp_connect(hostname: str, port: int, timeout: float, pending: list[Any]) -> socket.socket:
     """socket.create_connection(), with the name lookup bounded by the timeout too."""
     end = time.monotonic() + timeout
@@ -158,12 +180,14 @@ def _tcp_connect(hostname: str, port: int, timeout: float, pending: list[Any]) -
             raise socket.gaierror(errno.ETIMEDOUT, f"no answer from DNS within {timeout:g} s") from None
     error: OSError = OSError(f"no address for {hostname}")
     for family, kind, proto, _, addr in infos:
-        sock = socket.socket(family, kind, proto)
+        sock = _Socket(family, kind, proto)
         pending.append(sock)
         try:
             sock.settimeout(max(end - time.monotonic(), 0.01))
             sock.connect(addr)
             sock.settimeout(None)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return sock
         except OSError as exc:
             sock.close()
