@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -368,6 +370,32 @@ def test_ssh_config_alias_is_honoured(sshd: SSHServer, home: Path) -> None:
     t = SSHTransport(sshd.alias)
     assert t.run(["echo", "included"], timeout=10).stdout == "included\n"
     t.close()
+
+
+def test_match_exec_in_the_ssh_config_still_chooses_the_options(
+    sshd: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """paramiko is loaded without `invoke` (its start-up cost); a config with `Match exec` gets it."""
+    pytest.importorskip("invoke")
+    monkeypatch.setattr(sys, "stdin", io.StringIO())  # invoke reads stdin, which pytest refuses
+    flag = tmp_path / "flag"
+    config = tmp_path / "config"
+    config.write_text(
+        f'Match exec "test -e {flag}"\n    HostName 127.0.0.1\n'
+        + "".join(f"    {line.strip()}\n" for line in sshd.ssh_config.read_text().splitlines()[2:])
+    )
+    t = SSHTransport("matched", ssh_config=str(config))
+    with pytest.raises(Unreachable, match="resolve"):  # no flag: no HostName, and `matched` is no name
+        t.run(["true"], timeout=10)
+    flag.touch()
+    t = SSHTransport("matched", ssh_config=str(config))
+    assert t.run(["echo", "via exec"], timeout=10).stdout == "via exec\n"
+    t.close()
+
+
+def test_the_transport_loads_without_invoke() -> None:
+    code = "import sys, clustercheck.transports.ssh; sys.exit('invoke' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 
 def test_explicit_options_override_the_config(sshd: SSHServer) -> None:

@@ -44,7 +44,21 @@ Include. close() never waits for a handshake in progress: it aborts it, and afte
 transport starts nothing.
 """
 
-from clustercheck.transports.ssh.connection import DEFAULT_CONNECT_TIMEOUT
-from clustercheck.transports.ssh.transport import SSHTransport
+import sys
+
+# paramiko.config imports `invoke` (with asyncio, unittest.mock and a yaml copy: 50 ms of every
+# run's start-up) only to run an ssh_config's `Match exec` lines. Keep it out while paramiko
+# loads (None in sys.modules stops an import); config.py imports it for a config that has one.
+_HALT = "invoke" not in sys.modules and "paramiko" not in sys.modules
+if _HALT:
+    sys.modules["invoke"] = None  # type: ignore[assignment]
+try:
+    import paramiko  # noqa: F401  (first, under the halt)
+finally:
+    if _HALT and sys.modules.get("invoke", 0) is None:
+        del sys.modules["invoke"]
+
+from clustercheck.transports.ssh.connection import DEFAULT_CONNECT_TIMEOUT  # noqa: E402
+from clustercheck.transports.ssh.transport import SSHTransport  # noqa: E402
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "SSHTransport"]

@@ -83,11 +83,29 @@ def load_config(path: str | None) -> paramiko.SSHConfig:
                 text += "\nHost *\n" + _config_text(_SYSTEM_CONFIG, "/etc/ssh", 0)
     config = _CONFIGS.get(text)
     if config is None:  # parsed once per text, per process: every host of a fleet reads the same files
+        if _MATCH_EXEC_RE.search(text):
+            _load_invoke()
         config = _CONFIGS[text] = paramiko.SSHConfig.from_text(text)
     return config
 
 
 _CONFIGS: dict[str, paramiko.SSHConfig] = {}
+_MATCH_EXEC_RE = re.compile(r"^\s*match\b[^\n#]*\bexec\b", re.IGNORECASE | re.MULTILINE)
+
+
+def _load_invoke() -> None:
+    """paramiko runs `Match exec` with invoke, which the package keeps from loading with paramiko
+    (transports/ssh/__init__.py: 50 ms of start-up that no other config needs): load it now."""
+    import paramiko.config as pconfig
+
+    if getattr(pconfig, "invoke", None) is not None:
+        return
+    try:
+        import invoke
+    except ImportError as exc:  # not installed: paramiko says so when it meets the line
+        pconfig.invoke_import_error = exc
+    else:
+        pconfig.invoke = invoke  # type: ignore[attr-defined]
 
 
 def _config_text(path: str, base: str, depth: int) -> str:
