@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Fleet runs over SSH: clustercheck vs ClusterShell's clush and pdsh on 256 loopback hosts.
 
-Starts a real OpenSSH server fleet on loopback (tests/sshd.py: ceil(N/16) sshd daemons, one
-port, throwaway keys; addresses 127.0.1.1-128 and 127.0.2.1-128 for 256 hosts), each daemon
-in a PID namespace with a /proc of its own (unless --shared-pid-namespace): a node's sessions
-see the node's processes, not those of 255 other "nodes" sharing this kernel (clustercheck
-reads the processes that started during each of its commands to kill what it left behind; in
-one shared namespace that is every other host's ~120 live processes, about 4-8 ms of node CPU
-a host that no real node pays). Then it runs, interleaved and in a rotating order, for a few
-rounds:
+Starts a real OpenSSH server fleet on loopback (tests/sshd.py: one sshd daemon per host by
+default, --hosts-per-daemon up to 16, one port, throwaway keys; addresses 127.0.1.1-128 and
+127.0.2.1-128 for 256 hosts), each daemon in a PID namespace with a /proc of its own (unless
+--shared-pid-namespace): a node's sessions see the node's processes, not those of other
+"nodes" sharing this kernel (clustercheck reads the processes that started during each of its
+commands to kill what it left behind; in one shared namespace that is every other host's ~120
+live processes, about 4-8 ms of node CPU a host that no real node pays, and with 16 hosts a
+daemon the other 15 hosts' sessions). Then it runs, interleaved and in a rotating order, for a
+few rounds:
 
   clustercheck            `clustercheck run --ssh HOSTS --ssh-config CFG -p base -f json --jobs J`
                           (paramiko: one connection and one session per host for all its commands; it
@@ -275,10 +276,28 @@ def main() -> int:
         "--shared-pid-namespace",
         action="store_true",
         help="run the fleet's sshd daemons in this PID namespace: every host's sessions then see all 256 "
-        "hosts' processes in /proc (by default each daemon, 16 hosts, has a PID namespace and /proc of its own)",
+        "hosts' processes in /proc (by default each daemon has a PID namespace and /proc of its own)",
+    )
+    ap.add_argument(
+        "--hosts-per-daemon",
+        type=int,
+        default=1,
+        metavar="N",
+        help="loopback hosts each sshd daemon (and so each PID namespace) serves, 1 to 16 (default 1: every host "
+        "sees its own processes in /proc, as a node does; 16 was the old way, where each host's sessions saw 15 "
+        "other hosts' processes too)",
+    )
+    ap.add_argument(
+        "--tools",
+        default="",
+        metavar="KEYS",
+        help="run only these rows, by key, comma-separated: clustercheck, clustercheck-1cmd, clush, clush-c25519, "
+        "pdsh, pdsh-c25519 (default: all; clustercheck always runs)",
     )
     ap.add_argument("--markdown", metavar="FILE", help="write the report as Markdown to FILE (default: stdout)")
     args = ap.parse_args()
+    if not 1 <= args.hosts_per_daemon <= 16:
+        ap.error("--hosts-per-daemon: 1 to 16 (OpenSSH listens on at most 16 addresses a daemon)")
     if not args.shared_pid_namespace and (os.geteuid() != 0 or not shutil.which("unshare")):
         ap.error("PID namespaces for the fleet need root and unshare(1) (util-linux); or --shared-pid-namespace")
     if min(args.rounds, args.default_kex_rounds, args.hosts, args.jobs) < 1:
@@ -310,7 +329,13 @@ def main() -> int:
         try:
             server, proc = start_sshd(tmp / "sshd")
             addrs = addresses(args.hosts)
-            fleet, fleet_procs = start_fleet(server, addrs, tmp / "fleet", pid_namespaces=not args.shared_pid_namespace)
+            fleet, fleet_procs = start_fleet(
+                server,
+                addrs,
+                tmp / "fleet",
+                pid_namespaces=not args.shared_pid_namespace,
+                per_daemon=args.hosts_per_daemon,
+            )
         except BaseException as exc:  # tests.sshd says why through pytest.fail (a BaseException)
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -333,6 +358,13 @@ def main() -> int:
         one = tmp / "one-command.yaml"
         one.write_text(f"name: one-command\ncheck_dirs: [{site}]\nchecks:\n  bench.probe:\n")
         subjects = make_subjects(console, hl, cfg, one, args)
+        wanted = {k.strip() for k in args.tools.split(",") if k.strip()}
+        unknown = wanted - {s.key for s in subjects} - {"clush", "clush-c25519", "pdsh", "pdsh-c25519"}
+        if unknown:
+            print(f"bench_fleet: --tools: no row {', '.join(sorted(unknown))}", file=sys.stderr)
+            return 2
+        if wanted:
+            subjects = [s for s in subjects if s.key == "clustercheck" or s.key in wanted]
         runnable = [s for s in subjects if not s.missing]
 
         # Warm-up on a few hosts (page cache, bytecode, sshd's first forks); times dropped.
@@ -424,6 +456,7 @@ def make_subjects(console: Path, hl: str, cfg: Path, one: Path, args: argparse.N
 
 def report(subjects: list[Subject], args: argparse.Namespace, python: str, tmp: Path, hl: str, elapsed: float) -> str:
     n = args.hosts
+    per = args.hosts_per_daemon
     slots = min(args.jobs, n)
     lines = [
         f"# Fleet runs over SSH: clustercheck vs clush and pdsh on {n} loopback hosts",
@@ -439,13 +472,17 @@ def report(subjects: list[Subject], args: argparse.Namespace, python: str, tmp: 
         f"Machine: {platform.node()}, {os.cpu_count()} CPUs (nproc), Linux {platform.release()}, "
         f"Python {platform.python_version()}, {tool_versions()}  ",
         f"Command: `{shlex.join([_shown(python), *sys.argv])}`  ",
-        f"Hosts: {n} loopback addresses ({hl}), served by {-(-n // 16)} sshd daemons on one port, on the same "
-        f"CPUs as the tools; fan-out {args.jobs} for every tool; "
+        f"Hosts: {n} loopback addresses ({hl}), served by {-(-n // per)} sshd daemons on one port "
+        f"({per} address{'es' if per > 1 else ''} each), on the same CPUs as the tools; fan-out {args.jobs} for "
+        "every tool; "
         + (
             "all daemons in the bench's PID namespace (every session sees all hosts' processes in /proc)  "
             if args.shared_pid_namespace
-            else "each daemon in a PID namespace with a /proc of its own (its 16 hosts' sessions see their "
-            "own processes, not the other hosts': a node sees its own)  "
+            else "each daemon in a PID namespace with a /proc of its own (a host's sessions see their own "
+            "processes, as on a node)  "
+            if per == 1
+            else f"each daemon in a PID namespace with a /proc of its own (its {per} hosts' sessions see their "
+            "own processes and each other's, not the other hosts')  "
         ),
         f"Rounds: {args.rounds} measured ({min(args.rounds, args.default_kex_rounds)} for the OpenSSH-default-kex "
         f"rows), interleaved, order rotating, after a warm-up on {WARMUP_HOSTS} hosts; "
@@ -504,7 +541,7 @@ def report(subjects: list[Subject], args: argparse.Namespace, python: str, tmp: 
             f"(the fastest peer), {cc.answered}/{n} hosts judged  "
         )
     else:
-        lines.append("TARGET NOT EVALUATED: pdsh is not installed here  ")
+        lines.append("TARGET NOT EVALUATED: pdsh -R ssh with curve25519 did not run (not installed, or --tools)  ")
     if any(s.answered is not None and s.answered < n for s in by.values()):
         lines.append("WARNING: a tool did not reach every host in its checked run; its figures are suspect  ")
     lines += ["", "## Reading", "", *reading(by, n, args.jobs)]

@@ -230,25 +230,34 @@ class Fleet:
 
 
 def start_fleet(
-    server: SSHServer, addresses: list[str], folder: Path, *, pid_namespaces: bool = False
+    server: SSHServer,
+    addresses: list[str],
+    folder: Path,
+    *,
+    pid_namespaces: bool = False,
+    per_daemon: int = MAX_LISTEN,
 ) -> tuple[Fleet, list[subprocess.Popen[bytes]]]:
-    """Serve `addresses` on the test server's port with ceil(N/16) more sshd daemons.
+    """Serve `addresses` on the test server's port with ceil(N/per_daemon) more sshd daemons
+    (per_daemon: 1 to 16 addresses each).
 
     pid_namespaces (root only; the fleet benchmark): each daemon runs as the first process of a
     PID namespace of its own, with its own /proc (`unshare --pid --fork --mount-proc`), so that
-    the sessions of its 16 hosts see their own processes, as a node does, not every other
-    host's: the returned Popen is unshare's, and killing it kills the namespace."""
+    the sessions of its hosts see their own processes, as a node does, not every other host's
+    (with per_daemon=1, exactly a node's view): the returned Popen is unshare's, and killing
+    it kills the namespace."""
+    if not 1 <= per_daemon <= MAX_LISTEN:
+        raise ValueError(f"per_daemon must be 1 to {MAX_LISTEN}, not {per_daemon}")
     folder.mkdir(parents=True, exist_ok=True)
     base = (server.folder / "sshd_config").read_text()
     base = "\n".join(line for line in base.splitlines() if not line.startswith(("ListenAddress", "PidFile")))
     procs = []
-    for n in range(0, len(addresses), MAX_LISTEN):
-        chunk = addresses[n : n + MAX_LISTEN]
-        config = folder / f"sshd_config.{n // MAX_LISTEN}"
+    for n in range(0, len(addresses), per_daemon):
+        chunk = addresses[n : n + per_daemon]
+        config = folder / f"sshd_config.{n // per_daemon}"
         listen = "".join(f"ListenAddress {a}\n" for a in chunk)
         top, match, rest = base.partition("\nMatch ")  # global options go before the Match block
-        config.write_text(f"{top}\n{listen}PidFile {folder}/sshd.{n // MAX_LISTEN}.pid\n{match.lstrip()}{rest}\n")
-        log = folder / f"sshd.{n // MAX_LISTEN}.log"
+        config.write_text(f"{top}\n{listen}PidFile {folder}/sshd.{n // per_daemon}.pid\n{match.lstrip()}{rest}\n")
+        log = folder / f"sshd.{n // per_daemon}.log"
         argv = [SSHD, "-D", "-f", str(config), "-E", str(log)]
         if pid_namespaces:
             argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *argv]
