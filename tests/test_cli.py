@@ -120,6 +120,29 @@ def test_jsonl_into_a_reader_that_stops_early_ends_the_run() -> None:
     assert "Traceback" not in proc.stderr.read()
 
 
+@pytest.mark.parametrize("fmt", ["table", "json", "jsonl"])
+def test_a_reader_gone_before_the_report_keeps_the_verdict_as_exit_code(fmt: str) -> None:
+    # `run ... | head` with `set -o pipefail`: rich's table exited 1 ("warn") on the broken pipe
+    # and click did the same for json, where the verdict was 2
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clustercheck", "run", "--replay", str(DEMO), "-f", fmt],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # gone before clustercheck writes a byte
+    try:
+        code = proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    said = proc.stderr.read()
+    assert code == 2, said  # the demo cluster's verdict: a check failed
+    assert "Traceback" not in said and "Error" not in said
+
+
 def test_junit_and_prometheus_written_atomically(tmp_path: Path) -> None:
     junit = tmp_path / "report.xml"
     assert cli("run", "--replay", str(DEMO), "--profile", SITE, "-f", "junit", "-o", str(junit)).returncode == 2

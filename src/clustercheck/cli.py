@@ -78,11 +78,21 @@ def _unwritable(output: Path, exc: OSError) -> ClusterCheckError:
     return kind(f"-o {output}: cannot write the report: {exc.strerror or exc}")
 
 
+def quiet_stdout() -> None:
+    """After the reader closed stdout (EPIPE): what is still written goes nowhere, so neither the
+    rest of the run nor the interpreter's last flush fails on it."""
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def write_output(render: Callable[[TextIO], None], output: Path | None) -> None:
     """Render to stdout, or atomically to a file (a textfile collector must never read half a file)."""
     if output is None:
-        render(sys.stdout)
-        sys.stdout.flush()
+        try:
+            render(sys.stdout)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `| head`: the reader has what it wanted; the exit code stays the verdict
+            quiet_stdout()
         return
     try:
         if output.exists() and not output.is_file():  # /dev/null, a FIFO: write into it, never replace it
@@ -169,8 +179,7 @@ def execute_run(
                 sys.stdout.flush()
             except BrokenPipeError:  # `| head -1`: the reader has what it wanted; finish the run quietly
                 reader_gone = True
-                with contextlib.suppress(OSError):
-                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                quiet_stdout()
 
     report = runner.run_profile(
         prof,

@@ -109,6 +109,16 @@ def _footer(report: Report, *, separator: str) -> Text:
     )
 
 
+class _Console(Console):
+    """Rich's console, except that a reader who closed the pipe (`| head`) is an ordinary
+    BrokenPipeError for the caller (cli.write_output: the exit code stays the verdict), where rich
+    itself would exit 1 ("warn") from inside the table."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError(32, "the reader closed the output")
+
+
 def render(
     report: Report,
     out: TextIO,
@@ -129,7 +139,7 @@ def render(
     """
     if width is None and not _isatty(out):
         width = piped_width()
-    console = Console(
+    console = _Console(
         file=out,
         width=width,
         force_terminal=force_terminal,
