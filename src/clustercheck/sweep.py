@@ -538,29 +538,41 @@ def pair_results(
             for r in mine
             if r.status is not Status.OK and not (r.slow(min_busbw) and set(r.pair.nodes) & set(slow_nodes))
         ]
-        failed = [r for r in own if r.status is Status.FAIL]
-        if failed:
-            worst = failed[0]
-            action = worst.action or "INVESTIGATE"
-            results[node] = CheckResult(
-                PAIRS_CHECK,
-                Status.FAIL,
-                f"{worst.pair.name}: {worst.summary} ({shown})",
-                evidence,
-                worst.remedy,
-                data=data,
-                action=action,
-            )
-        elif any(r.status is not Status.SKIP for r in own):  # could not tell: never a pass
-            worst = next(r for r in own if r.status is not Status.SKIP)
-            results[node] = CheckResult(
-                PAIRS_CHECK, Status.ERROR, f"{worst.pair.name}: {worst.summary}", evidence, worst.remedy, data=data
-            )
-        elif own and len(own) == len(mine):  # no pair of it ran (Slurm gave a job its nodes meanwhile)
-            results[node] = CheckResult(PAIRS_CHECK, Status.SKIP, f"{own[0].pair.name}: {own[0].summary}", evidence)
-        else:
-            results[node] = CheckResult(PAIRS_CHECK, Status.OK, shown, evidence, data=data)
+        results[node] = _node_verdict(PAIRS_CHECK, mine, own, shown, evidence, data, "INVESTIGATE", show_all=True)
     return results
+
+
+def _node_verdict(
+    check_id: str,
+    mine: Sequence[PairRun | RdmaPairRun],
+    own: Sequence[PairRun | RdmaPairRun],
+    shown: str,
+    evidence: tuple[str, ...],
+    data: Mapping[str, Any],
+    action: str,
+    *,
+    show_all: bool,
+) -> CheckResult:
+    """A node's pairs result (nccl.pairs' and rdma.pairs' alike) when it is not the straggler, from
+    `own`, its pairs that did not pass and are not the straggler's: the first failed one fails it
+    (with its action, else `action`; `show_all` adds every pair's line), one that could not tell is
+    an error (never a pass), none run is a skip, and otherwise it passes."""
+    failed = [r for r in own if r.status is Status.FAIL]
+    if failed:
+        worst = failed[0]
+        summary = f"{worst.pair.name}: {worst.summary}" + (f" ({shown})" if show_all else "")
+        return CheckResult(
+            check_id, Status.FAIL, summary, evidence, worst.remedy, data=data, action=worst.action or action
+        )
+    told = [r for r in own if r.status is not Status.SKIP]
+    if told:  # could not tell: never a pass
+        worst = told[0]
+        return CheckResult(
+            check_id, Status.ERROR, f"{worst.pair.name}: {worst.summary}", evidence, worst.remedy, data=data
+        )
+    if own and len(own) == len(mine):  # no pair of it ran (Slurm gave a job its nodes meanwhile)
+        return CheckResult(check_id, Status.SKIP, f"{own[0].pair.name}: {own[0].summary}", evidence)
+    return CheckResult(check_id, Status.OK, shown, evidence, data=data)
 
 
 def _pair_line(run: PairRun, node: str) -> str:
@@ -872,24 +884,7 @@ def rdma_pair_results(
             )
             continue
         own = [r for r in mine if r.status is not Status.OK and not (r.slow and set(r.pair.nodes) & set(slow_nodes))]
-        failed = [r for r in own if r.status is Status.FAIL]
-        if failed:
-            worst = failed[0]
-            results[node] = CheckResult(
-                RDMA_PAIRS_CHECK, Status.FAIL, f"{worst.pair.name}: {worst.summary}", evidence, worst.remedy,
-                data=data, action=worst.action or "CHECK_CABLE",
-            )  # fmt: skip
-        elif any(r.status is not Status.SKIP for r in own):
-            worst = next(r for r in own if r.status is not Status.SKIP)
-            results[node] = CheckResult(
-                RDMA_PAIRS_CHECK, Status.ERROR, f"{worst.pair.name}: {worst.summary}", evidence, worst.remedy, data=data
-            )
-        elif own and len(own) == len(mine):
-            results[node] = CheckResult(
-                RDMA_PAIRS_CHECK, Status.SKIP, f"{own[0].pair.name}: {own[0].summary}", evidence
-            )
-        else:
-            results[node] = CheckResult(RDMA_PAIRS_CHECK, Status.OK, shown, evidence, data=data)
+        results[node] = _node_verdict(RDMA_PAIRS_CHECK, mine, own, shown, evidence, data, "CHECK_CABLE", show_all=False)
     return results
 
 
