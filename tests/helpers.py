@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
@@ -27,6 +29,27 @@ def cli(
         input=stdin,
         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"},
     )
+
+
+def run_local(tmp_path: Path, checks: dict[str, Any], bin_dir: Path | None, name: str = "deep-test") -> Any:
+    """`clustercheck run --local --format json` of a profile of `checks` (stand-ins from `bin_dir`
+    first on PATH); (exit code, the one check's JSON)."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(json.dumps({"name": name, "checks": checks}))
+    prefix = f"{bin_dir}:" if bin_dir else ""
+    env = {**os.environ, "PATH": prefix + "/usr/bin:/bin", "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "clustercheck", "run", "--local", "--profile", str(path), "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    (host,) = json.loads(proc.stdout)["hosts"].values()
+    (check,) = host["checks"]
+    return proc.returncode, check
 
 
 def all_fixtures() -> list[Path]:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.helpers import CORPUS, FIXTURES, REPO, cli
+from tests.helpers import CORPUS, FIXTURES, REPO, cli, run_local
 
 from clustercheck import profile as profiles
 from clustercheck.errors import ProfileError
@@ -302,26 +302,6 @@ def standin(folder: Path, name: str, body: str) -> Path:
     script.write_text("#!/bin/sh\n" + body)
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return bin_dir
-
-
-def run_local(tmp_path: Path, checks: dict[str, Any], bin_dir: Path | None, name: str = "deep-test") -> Any:
-    """`clustercheck run --local --format json` of a one-check profile; (exit code, the check's JSON)."""
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(json.dumps({"name": name, "checks": checks}))
-    prefix = f"{bin_dir}:" if bin_dir else ""
-    env = {**os.environ, "PATH": prefix + "/usr/bin:/bin", "NO_COLOR": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "clustercheck", "run", "--local", "--profile", str(path), "--format", "json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    (host,) = json.loads(proc.stdout)["hosts"].values()
-    (check,) = host["checks"]
-    return proc.returncode, check
 
 
 def _gone(marker: str) -> bool:

@@ -19,13 +19,12 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from tests.helpers import CORPUS, FIXTURES, REPO, cli
+from tests.helpers import CORPUS, FIXTURES, REPO, cli, run_local
 
 from clustercheck.analyzers.nccl_log import analyze_text
 from clustercheck.facts.nccl_run import NcclRunError, judge_run
@@ -154,23 +153,6 @@ def _profile(tmp_path: Path, params: dict[str, Any]) -> Path:
     return path
 
 
-def _run_local(tmp_path: Path, bin_dir: Path, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "NO_COLOR": "1"}
-    profile = _profile(tmp_path, params)
-    proc = subprocess.run(
-        [sys.executable, "-m", "clustercheck", "run", "--local", "--profile", str(profile), "--format", "json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    (host,) = json.loads(proc.stdout)["hosts"].values()
-    (check,) = host["checks"]
-    return proc.returncode, check
-
-
 # (file, how the stand-in exits): NVIDIA/nccl#2057's reproducer exits EXIT_FAILURE after "NCCL error
 # a.cu:46" (its posted source); the excerpts do not show the exit, 0 is the case that must not pass.
 CLI_CASES = {
@@ -185,7 +167,12 @@ CLI_CASES = {
 def test_cli_runs_the_loopback_on_the_single_node_run(tmp_path: Path, name: str) -> None:
     exit_code, cli_code = CLI_CASES[name]
     _, (status, action, words) = EXPECTED[name]
-    code, check = _run_local(tmp_path, _standin(tmp_path, LOOPBACK / name, exit_code), {"min_busbw": 40, "gpus": 2})
+    code, check = run_local(
+        tmp_path,
+        {"nccl.loopback": {"min_busbw": 40, "gpus": 2}},
+        _standin(tmp_path, LOOPBACK / name, exit_code),
+        "loopback-corpus",
+    )
     assert (code, check["status"]) == (cli_code, status), check
     if action:
         assert check["action"] == action, check
