@@ -251,6 +251,12 @@ class SlurmCluster:
             list(argv), capture_output=True, text=True, timeout=timeout, env={**self.env, **(env or {})}, check=False
         )
 
+    def resume(self, *nodes: str) -> None:
+        """Undo a test's drains of `nodes`, and wait until every node is idle for the next test."""
+        for node in nodes:
+            self.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+        self.wait_for(lambda: all(self.state(n) == "IDLE" for n in self.nodes), 30, "every node to be idle again")
+
     def clustercheck(
         self, *args: str | Path, timeout: float = 60, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:

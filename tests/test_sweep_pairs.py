@@ -139,13 +139,6 @@ def site(tmp_path: Path) -> Site:
     return Site(tmp_path)
 
 
-def _resume(slurm: SlurmCluster, *nodes: str) -> None:
-    """Undo a test's drains, and wait until the nodes are idle for the next test."""
-    for node in nodes:
-        slurm.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
-    slurm.wait_for(lambda: all(slurm.state(n) == "IDLE" for n in NODES), 30, "every node to be idle again")
-
-
 def _pairs(doc: dict) -> dict[str, dict]:  # type: ignore[type-arg]
     return {"+".join(p["nodes"]): p for p in doc["pairs"]["pairs"]}
 
@@ -209,7 +202,7 @@ def test_pairs_name_each_pairs_transport_and_drain_the_straggler_after_the_secon
         assert page.read_text().count("nccl.pairs") >= 5
         assert slurm.reservations() == []
     finally:
-        _resume(slurm, "p1")
+        slurm.resume("p1")
 
 
 @needs_slurm
@@ -228,7 +221,7 @@ def test_a_pair_slow_once_is_not_drained_and_a_failed_node_is_not_paired(slurm: 
         assert doc["sweep"]["p2"]["done"] == "passed" and "DRAIN" not in slurm.state("p2")
         assert _check(doc, "p2")["status"] == "ok"
     finally:
-        _resume(slurm, "p5")
+        slurm.resume("p5")
 
 
 @needs_slurm
@@ -252,7 +245,7 @@ def test_sigterm_during_the_pairs_stops_their_jobs_and_deletes_the_reservation(s
         assert "DRAIN" not in slurm.state(node) and slurm.reason(node) is None
     doc = json.loads((site.root / "out.json").read_text())
     assert doc["hosts"]["p2"]["checks"][0]["status"] == "ok"
-    _resume(slurm)
+    slurm.resume()
 
 
 @needs_slurm
@@ -276,7 +269,7 @@ def test_the_sweep_measures_a_slow_nccl_loopback_twice_and_a_socket_fallback_onc
         loop = doc["hosts"]["p1"]["checks"][0]
         assert loop["data"]["performance"] is True and loop["data"]["first_pass"]["status"] == "fail"
     finally:
-        _resume(slurm, "p1", "p2")
+        slurm.resume("p1", "p2")
 
 
 @needs_slurm
@@ -288,7 +281,7 @@ def test_all_reduce_perf_missing_is_an_error_naming_nccl_tests(slurm: SlurmClust
     check = _check(doc, "p2")
     assert check["status"] == "error" and "nccl-tests" in check["remedy"], check
     assert "DRAIN" not in slurm.state("p2") and doc["sweep"]["p2"]["done"] == "left"
-    _resume(slurm)
+    slurm.resume()
     code, doc, stdout = site.sweep(slurm, "p2")  # one node: nothing to pair, and it says so
     assert code == 0 and doc["pairs"]["pairs"] == [] and "pairs: none measured" in stdout, stdout
 

@@ -190,12 +190,6 @@ def site(tmp_path: Path) -> Site:
     return Site(tmp_path)
 
 
-def _resume(slurm: SlurmCluster, *nodes: str) -> None:
-    for node in nodes:
-        slurm.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
-    slurm.wait_for(lambda: all(slurm.state(n) == "IDLE" for n in NODES), 30, "every node to be idle again")
-
-
 def _rdma(doc: dict) -> dict[str, dict]:  # type: ignore[type-arg]
     return {"+".join(p["nodes"]): p for p in doc["pairs"]["rdma"]["pairs"]}
 
@@ -257,7 +251,7 @@ def test_a_healthy_pair_passes_and_the_node_with_a_degraded_port_is_drained(slur
         assert slurm.reservations() == [] and slurm.jobs() == [] and site.left_running() == []
     finally:
         slurm.rate("q1", "200 Gb/sec (4X HDR)")
-        _resume(slurm, "q1")
+        slurm.resume("q1")
 
 
 @needs_slurm
