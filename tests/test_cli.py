@@ -275,7 +275,8 @@ def test_prolog_path_imports_neither_typer_nor_rich_nor_paramiko() -> None:
 
 def test_fast_path_and_typer_path_agree(tmp_path: Path) -> None:
     fast = cli("run", "--local", "-p", "base", "-f", "json", "-o", str(tmp_path / "fast.json"))
-    slow = cli("run", "--local", "-p", "base", "-f", "json", "-o", str(tmp_path / "slow.json"), "--jobs", "1")
+    # a global option before `run` is not the fast path's: Typer runs the same command
+    slow = cli("--debug", "run", "--local", "-p", "base", "-f", "json", "-o", str(tmp_path / "slow.json"))
     assert fast.returncode == slow.returncode
     statuses = [
         [(c["id"], c["status"]) for c in json.loads((tmp_path / f).read_text())["hosts"][os.uname().nodename]["checks"]]
@@ -285,6 +286,9 @@ def test_fast_path_and_typer_path_agree(tmp_path: Path) -> None:
     # a bad value on the fast path falls through to Typer's own error, exit 64
     bad = cli("run", "--local", "-p", "base", "-f", "yaml")
     assert bad.returncode == 64 and "yaml" in bad.stderr
+    for wrong in (["--jobs", "0"], ["--timeout", "nan"], ["--by", "rack"], ["--nope"], ["extra"]):
+        said = cli("run", "--local", "-p", "base", *wrong)
+        assert said.returncode == 64 and "Usage: clustercheck run" in said.stderr, (wrong, said.stderr)
 
 
 def test_jsonl_streams_each_host_as_it_finishes() -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from tests.helpers import DEMO, cli
+from tests.helpers import DEMO, REPO, cli
 from tests.sshd import SSHServer, free_port
 
 SITE = str(DEMO / "site-profile.yaml")
@@ -22,6 +24,29 @@ def test_run_over_ssh_matches_local(sshd: SSHServer, tmp_path: Path) -> None:
     want = next(iter(json.loads(local.stdout)["hosts"].values()))["checks"]
     assert [(c["id"], c["status"]) for c in got] == [(c["id"], c["status"]) for c in want]
     assert remote.returncode == local.returncode
+
+
+def test_a_fleet_run_skips_typer_and_agrees_with_it(sshd: SSHServer, tmp_path: Path) -> None:
+    """`run --ssh` with plain options is dispatched without Typer (its start-up is paid before the
+    first connection), and says what the Typer command says (a global option before `run` takes
+    the Typer path)."""
+    code = (
+        "import atexit, sys\n"
+        "from clustercheck.main import main\n"
+        "heavy = ('typer', 'pydantic')\n"
+        "atexit.register(lambda: print('LOADED', [m for m in heavy if m in sys.modules], file=sys.stderr))\n"
+        "main(sys.argv[1:])\n"
+    )
+    args = ["run", "--ssh", sshd.alias, "--ssh-config", str(sshd.ssh_config), "-p", "base", "-f", "json", "-j", "2"]
+    fast = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO, timeout=60)
+    slow = cli("--debug", *args)
+    assert "LOADED []" in fast.stderr, fast.stderr
+    assert fast.returncode == slow.returncode
+    said = [[(c["id"], c["status"]) for c in json.loads(p.stdout)["hosts"][sshd.alias]["checks"]] for p in (fast, slow)]
+    assert said[0] == said[1] and said[0]
+    # a value Typer refuses goes to Typer, which says so its way
+    bad = cli("run", "--ssh", sshd.alias, "--ssh-config", str(sshd.ssh_config), "-p", "base", "--port", "x")
+    assert bad.returncode == 64 and "--port" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_record_over_ssh_replays_anywhere(sshd: SSHServer, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from clustercheck import __version__, cli, options
 from clustercheck.errors import UsageError
@@ -68,65 +68,9 @@ _CHECKS: Spec = options.CHECKS
 SPECS = {"run": _RUN, "health": _HEALTH, "checks": _CHECKS}
 
 
-def parse(command: str, args: Sequence[str], spec: Spec) -> tuple[dict[str, Any], list[str]]:
-    """`--opt VALUE`, `--opt=VALUE`, flags and positional arguments; a UsageError for anything else."""
-    opts: dict[str, Any] = {key: [] for key, kind in spec.values() if kind == "multi"}
-    positional: list[str] = []
-    rest = list(args)
-    while rest:
-        arg = rest.pop(0)
-        if arg in ("--help", "-h"):
-            print(USAGE, end="")
-            sys.exit(0)
-        if not arg.startswith("-") or arg == "-":
-            positional.append(arg)
-            continue
-        name, eq, inline = arg.partition("=")
-        if name not in spec:
-            known = ", ".join(sorted({n for n in spec if n.startswith("--")}))
-            raise UsageError(f"{command}: no option {name!r} in the single file (it takes {known})")
-        key, kind = spec[name]
-        if kind == "flag":
-            if eq:
-                raise UsageError(f"{command}: {name} takes no value")
-            opts[key] = True
-            continue
-        if eq:
-            value = inline
-        elif rest:
-            value = rest.pop(0)
-        else:
-            raise UsageError(f"{command}: {name} needs a value")
-        if kind == "multi":
-            opts[key].append(value)
-        elif key in opts:
-            raise UsageError(f"{command}: {name} given twice")
-        else:
-            opts[key] = value
-    return opts, positional
-
-
-def _number(command: str, name: str, value: str | None, low: float, kind: type = float) -> Any:
-    if value is None:
-        return None
-    try:
-        number = kind(value)
-    except ValueError:
-        raise UsageError(f"{command}: {name} {value!r} is not a number") from None
-    if not low <= number < 1e9:
-        raise UsageError(f"{command}: {name} must be at least {low:g}")
-    return number
-
-
-def _choice(command: str, name: str, value: str, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise UsageError(f"{command}: {name} {value!r}: choose one of {', '.join(choices)}")
-    return value
-
-
-def _no_positional(command: str, positional: list[str]) -> None:
-    if positional:
-        raise UsageError(f"{command}: unexpected argument {positional[0]!r}")
+def _usage() -> NoReturn:
+    print(USAGE, end="")
+    sys.exit(0)
 
 
 # run's options for --ssh: the single file has no SSH (paramiko's cryptography is a C extension)
@@ -136,27 +80,10 @@ SSH_OPTIONS = tuple(options.RUN_SSH)
 def run(args: Sequence[str]) -> int:
     if any(a.partition("=")[0] in SSH_OPTIONS for a in args):
         raise _not_carried("paramiko", "run --ssh")
-    opts, positional = parse("run", args, _RUN)
-    _no_positional("run", positional)
-    replay = [Path(r) for r in opts["replay"]]
-    transports = make_transports(bool(opts.get("local")), None, replay)
-    from clustercheck import formats
-
-    return cli.execute_run(
-        opts.get("profile"),
-        transports,
-        checks_dirs=tuple(Path(c) for c in opts["checks"]),
-        fmt=_choice("run", "--format", opts.get("format", "table"), formats.FORMATS),
-        output=Path(opts["output"]) if "output" in opts else None,
-        verbose=bool(opts.get("verbose")),
-        timeout=_number("run", "--timeout", opts.get("timeout"), 0.1),
-        command_timeout=_number("run", "--command-timeout", opts.get("command_timeout", "10"), 0.1),
-        host_timeout=_number("run", "--host-timeout", opts.get("host_timeout"), 0.1),
-        jobs=_number("run", "--jobs", opts.get("jobs", "32"), 1, int),
-        by=_choice("run", "--by", opts.get("by", "check"), ("check", "host")),
-        all_hosts=bool(opts.get("all_hosts")),
-        trust_fixture_code=bool(opts.get("trust_fixture_code")),
-    )
+    opts, positional = options.parse("run", args, _RUN, on_help=_usage)
+    options.no_positional("run", positional)
+    where, how = cli.run_arguments(opts)
+    return cli.execute_run(opts.get("profile"), make_transports(**where), **how)
 
 
 def prolog(args: Sequence[str]) -> int:
@@ -172,20 +99,20 @@ def prolog(args: Sequence[str]) -> int:
 def health(args: Sequence[str]) -> int:
     from clustercheck import slurm
 
-    opts, positional = parse("health", args, _HEALTH)
-    _no_positional("health", positional)
+    opts, positional = options.parse("health", args, _HEALTH, on_help=_usage)
+    options.no_positional("health", positional)
     values = {k: v for k, v in opts.items() if k not in ("checks", "format")}
     if "budget" in values:
-        values["budget"] = _number("health", "--budget", values["budget"], 1.0)
+        values["budget"] = options.number("health", "--budget", values["budget"], 1.0)
     if "replay" in values:
         values["replay"] = Path(values["replay"])
-    options = slurm.HealthOptions(
+    chosen = slurm.HealthOptions(
         checks_dirs=tuple(Path(c) for c in opts["checks"]),
-        fmt=_choice("health", "--format", opts.get("format", "table"), ("table", "json")),
+        fmt=options.choice("health", "--format", opts.get("format", "table"), ("table", "json")),
         debug=cli.state.debug,
         **values,
     )
-    return slurm.health(options)
+    return slurm.health(chosen)
 
 
 def checks(args: Sequence[str]) -> int:
@@ -193,9 +120,9 @@ def checks(args: Sequence[str]) -> int:
 
     from clustercheck import registry
 
-    opts, positional = parse("checks", args, _CHECKS)
-    _no_positional("checks", positional)
-    fmt = _choice("checks", "--format", opts.get("format", "table"), ("table", "json"))
+    opts, positional = options.parse("checks", args, _CHECKS, on_help=_usage)
+    options.no_positional("checks", positional)
+    fmt = options.choice("checks", "--format", opts.get("format", "table"), ("table", "json"))
     dirs = tuple(Path(d) for d in opts["checks"])
     if "profile" in opts:  # its check_dirs too, and every problem in it at once
         from clustercheck import profile as profiles

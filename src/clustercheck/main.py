@@ -1,6 +1,6 @@
 """The entry point (`clustercheck`, `python -m clustercheck`): above the CLI's modules.
 
-The plain fast paths (cli.fast_local_run, cli.fast_prolog, commands.nccl.fast_nccl_log) run without
+The plain fast paths (cli.fast_run, cli.fast_prolog, commands.nccl.fast_nccl_log) run without
 importing Typer; anything else, `--help` included, goes to the Typer application (app.py).
 Each returns the command's exit code, and everything runs inside cli.guarded, the one error
 boundary, which returns that code or turns an exception into its message and code.
@@ -51,7 +51,7 @@ def _typer(args: list[str]) -> int:
 
 
 def _dispatch(args: list[str]) -> int:
-    paths: tuple[Callable[[list[str]], int | None], ...] = (cli.fast_local_run, cli.fast_prolog, _fast_nccl_log)
+    paths: tuple[Callable[[list[str]], int | None], ...] = (cli.fast_run, cli.fast_prolog, _fast_nccl_log)
     for path in paths:
         code = path(args)
         if code is not None:
