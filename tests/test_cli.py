@@ -120,6 +120,35 @@ def test_jsonl_into_a_reader_that_stops_early_ends_the_run() -> None:
     assert "Traceback" not in proc.stderr.read()
 
 
+def closed_stdout_run(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m clustercheck ARGS` whose stdout is a pipe whose reader has already gone."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "clustercheck", *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["checks"], ["checks", "-f", "json"], ["profiles"], ["explain", "gpu.xid"], ["--help"], ["topology", "--help"]],
+)
+def test_a_command_cut_off_by_a_closed_output_exits_141(args: list[str]) -> None:
+    """`clustercheck checks | head`: rich and click exited 1 ("warn") when the reader had gone; a
+    command cut off while writing exits 141 (128 + SIGPIPE, as cat does), quietly."""
+    proc = closed_stdout_run(*args)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == ""
+
+
 @pytest.mark.parametrize("fmt", ["table", "json", "jsonl"])
 def test_a_reader_gone_before_the_report_keeps_the_verdict_as_exit_code(fmt: str) -> None:
     # `run ... | head` with `set -o pipefail`: rich's table exited 1 ("warn") on the broken pipe

@@ -397,6 +397,34 @@ def test_fast_path_and_typer_path_agree(tmp_path: Path) -> None:
         assert a[key] == b[key], key
 
 
+def test_a_closed_stdout_never_fails_the_prolog(tmp_path: Path) -> None:
+    """slurmd may run the Prolog with its output closed: that is no fault of the node's, so a
+    healthy node still passes (exit 0, no drain), and a broken one still fails."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "CUDA_"))}
+    env.update(SLURMD_NODENAME="n1", SLURM_JOB_ID="4")
+    codes = {}
+    for name in ("healthy", "dimm-lost"):
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        argv = ["prolog", "--replay", str(CLUSTER / name), "--state-file", str(tmp_path / f"{name}.json")]
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "clustercheck", *argv, "--syslog-socket", ""],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=REPO,
+                env=env,
+                timeout=60,
+            )
+        finally:
+            os.close(write_end)
+        codes[name] = proc.returncode
+        assert "Traceback" not in proc.stderr
+    assert codes == {"healthy": 0, "dimm-lost": 2}
+    assert state_of(tmp_path / "healthy.json")["verdict"] == "pass"
+
+
 def test_prolog_has_help() -> None:
     proc = prolog("--help")
     assert proc.returncode == 0

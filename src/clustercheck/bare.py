@@ -217,4 +217,6 @@ def main(argv: list[str] | None = None) -> NoReturn:
                 raise _not_carried(top, " ".join(args[:1]) or "this") from None
             raise
 
-    sys.exit(cli.guarded(body))
+    code = cli.guarded(body)
+    cli.flush_stdout()
+    sys.exit(code)

@@ -354,10 +354,39 @@ def guarded(body: Callable[[], int | None], *, own_fault: OwnFault | None = None
         if own_fault is not None and not state.debug:  # the last line of defence
             own_fault.report(f"{type(exc).__name__}: {exc}")
             return own_fault.code
+        if reader_gone(exc):
+            quiet_stdout()
+            return READER_GONE
         if not isinstance(exc, Exception):  # SystemExit and the like: not an error
             raise
         return _exit_code_of(exc)
     return 0 if code is None else int(code)
+
+
+#: the exit code of a command cut off while writing by a reader that closed its output (`| head`):
+#: 128 + SIGPIPE, what cat or grep exit with in a shell; never 0, never a traceback
+READER_GONE = 141
+
+
+def reader_gone(exc: BaseException | None) -> bool:
+    """Whether `exc` is a broken pipe, or was raised while handling one: rich's console and click
+    exit 1 when stdout's reader has gone."""
+    while exc is not None:
+        if isinstance(exc, BrokenPipeError):
+            return True
+        exc = exc.__context__
+    return False
+
+
+def flush_stdout() -> None:
+    """The last flush before exit: a reader gone by then (a buffered report it never read) leaves
+    the command's exit code as it is, with no 'Exception ignored' from the interpreter."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_stdout()
+    except (OSError, ValueError):  # stdout closed by a command, or not a file
+        pass
 
 
 def _exit_code_of(exc: Exception) -> int:

@@ -45,6 +45,9 @@ def _typer(args: list[str]) -> int:
         print("Aborted!", file=sys.stderr)
         return 1
     except SystemExit as exc:  # click still exits for a closed stdout (EPIPE) and shell completion
+        if cli.reader_gone(exc):
+            cli.quiet_stdout()
+            return cli.READER_GONE
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ExitCode.USAGE)
         return int(ExitCode.USAGE if code == 2 else code)
     return 0 if returned is None else int(returned)  # a command with nothing to say returns None
@@ -63,4 +66,6 @@ def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point: run the command and map everything to a documented exit code."""
     args = sys.argv[1:] if argv is None else argv
     cli._command[:] = args
-    sys.exit(cli.guarded(lambda: _dispatch(args)))
+    code = cli.guarded(lambda: _dispatch(args))
+    cli.flush_stdout()
+    sys.exit(code)
