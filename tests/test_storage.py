@@ -413,3 +413,80 @@ def test_worker_processes_die_with_the_script(tmp_path: Path) -> None:
     assert json.loads(proc.stdout) == {"workers": 2, "alive_after_5s": 0}, proc.stdout
     (folder,) = leftovers(tmp_path)
     assert sorted(p.name for p in folder.iterdir()) == [".lock"]  # its data went with the processes
+
+
+# -- random reads where the loop is the limit (tmpfs): sampled latencies (issue 16) -----------
+
+
+def test_latency_percentiles_weigh_each_sample_by_the_reads_it_stands_for() -> None:
+    """The script's p50/p99 come from samples that stand for different numbers of reads (every
+    read of a slow chunk, about 1 in SAMPLE where reads are fast): a sample counts as many times
+    as the reads it stands for; where every sample stands for the same number, the figure is the
+    one of all the samples, as when every read was timed (pct over the sorted latencies)."""
+    import random
+
+    from clustercheck.facts.scripts import storage_probe as probe
+
+    rng = random.Random(16)
+    for _ in range(200):
+        xs = [rng.random() / 1000 for _ in range(rng.randrange(1, 60))]
+        cut, weight = rng.randrange(len(xs) + 1), rng.choice([1.0, 1.02, 8.17])
+        expected = [probe.pct(sorted(xs), p) for p in (0.0, 0.5, 0.99, 0.999)]
+        assert probe.percentiles([(weight, xs[:cut]), (weight, xs[cut:])], [0.0, 0.5, 0.99, 0.999]) == expected
+    fast, slow = [0.001] * 90, [0.002] * 10  # seconds; figures in ms
+    assert probe.percentiles([(1.0, fast), (1.0, slow)], [0.5, 0.99]) == [1.0, 2.0]
+    # the 10 slow samples stand for 100 reads of 190: the median read is a slow one
+    assert probe.percentiles([(1.0, fast), (10.0, slow)], [0.5, 0.89]) == [2.0, 2.0]
+    assert probe.percentiles([(8.0, fast), (1.0, slow)], [0.5, 0.98, 0.99]) == [1.0, 1.0, 2.0]
+    assert probe.percentiles([], [0.5, 0.99]) == [None, None]
+
+
+def test_random_reads_past_the_drawn_ones_on_tmpfs(tmp_path: Path) -> None:
+    """On tmpfs (reads of ~2 us: most chunks read by one map call, latencies from sampled chunks)
+    readers that go past the reads drawn beforehand draw more as they read: every read is a whole
+    block, counted once, the phase stops at max_ops, and p50/p99 are latencies of single reads."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from clustercheck.checks.storage import SCRIPT
+
+    from clustercheck.facts.scripts import storage_probe as probe
+
+    shm = Path("/dev/shm")
+    kind = subprocess.run(["stat", "-f", "-c", "%T", str(shm)], capture_output=True, text=True).stdout.strip()
+    if kind != "tmpfs":
+        pytest.skip(f"/dev/shm is not tmpfs here ({kind or 'absent'})")
+    folder = Path(tempfile.mkdtemp(prefix="clustercheck-test-", dir=shm))
+    try:
+        max_ops = probe.DRAWN + 3 * probe.CHUNK * probe.SAMPLE + 5  # past the drawn reads, a partial chunk
+        args = {
+            "mode": "read",
+            "path": str(folder),
+            "size": 16 << 20,
+            "readers": 2,
+            "workers": 2,
+            "seq_block": 1 << 20,
+            "budget_s": 20,
+            "margin": 0.0,
+            "meta_files": 10,
+            "meta_size": 4096,
+            "max_ops": max_ops,
+            "o_direct": True,
+        }
+        proc = subprocess.run(
+            [sys.executable, "-c", SCRIPT, json.dumps(args)], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert "error" not in out and out["removed"] is True, out
+        for key, block in (("rand_4k", 4096), ("rand_128k", 131072)):
+            r = out[key]
+            assert r["bytes"] == r["ops"] * block, r
+            assert 0 < r["ops"] <= 2 * (max_ops + probe.CHUNK), r
+            assert 0 < r["p50_ms"] <= r["p99_ms"] < 1000, r
+        # 4 KiB: the first reader to reach max_ops ends the phase (2 s of budget for ~0.2 s of reads)
+        assert out["rand_4k"]["ops"] >= max_ops, out["rand_4k"]
+        assert leftovers(folder) == []
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

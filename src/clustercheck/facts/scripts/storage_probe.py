@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any
 
 A: "dict[str, Any]" = {}  # the arguments
@@ -240,6 +241,25 @@ def pct(xs: "list[float]", p: float) -> "float | None":
     return round(xs[min(len(xs) - 1, int(len(xs) * p))] * 1000, 3) if xs else None
 
 
+def percentiles(groups: "list[tuple[float, list[float]]]", ps: "list[float]") -> "list[float | None]":
+    """pct(p) for each p of ps (ascending) over latency samples in groups (weight, samples), each
+    sample of a group standing for `weight` reads (see rand_reads): the first latency, in order,
+    at which the reads that it and the faster samples stand for are more than a share p of all the
+    reads the samples stand for. Where every weight is the same, that is pct(sorted(samples), p)."""
+    both = sorted((x, wt) for wt, xs in groups for x in xs)
+    if not both:
+        return [None for _ in ps]
+    total = sum(wt * len(xs) for wt, xs in groups)
+    out: list[float | None] = []
+    i, seen = 0, both[0][1]
+    for p in ps:  # a weight is 1 or more: a margin far under one keeps sums' rounding from deciding ties
+        while seen <= total * p + total * 1e-9 and i < len(both) - 1:
+            i += 1
+            seen += both[i][1]
+        out.append(round(both[i][0] * 1000, 3))
+    return out
+
+
 #: Reads a random reader draws before it starts (past that many it draws more as it reads).
 DRAWN = 1 << 15
 
@@ -248,7 +268,9 @@ def reads(
     d: str, files: "list[str]", sizes: "list[int]", n: int, bs: int, until: float, direct: bool, rnd: bool, w: int = 1
 ) -> "dict[str, Any]":
     # per reader: bytes, reads, latencies (random reads) and its span (first and last moment of reading)
-    per: dict[str, list[Any]] = {"got": [0] * n, "ops": [0] * n, "lat": [[] for _ in range(n)], "span": [None] * n}
+    per: dict[str, list[Any]] = {"got": [0] * n, "ops": [0] * n, "span": [None] * n}
+    for key in ("lat", "sampled", "stands"):  # see rand_reads
+        per[key] = [[] for _ in range(n)]
     gate = Gate(n, until)
     stop = mmap.mmap(-1, 1)  # shared with the worker processes: a random reader that ends stops them all
 
@@ -270,10 +292,13 @@ def reads(
             gate.wait()
             if rnd:
 
-                def more() -> "list[list[tuple[int, int]]]":
+                def more() -> "list[tuple[list[int], list[int]]]":
                     return draw(rng, fds, sizes, bs)
 
-                per["span"][i], per["got"][i], per["ops"][i] = rand_reads(chunks, more, buf, until, stop, per["lat"][i])
+                lat, sampled = per["lat"][i], per["sampled"][i]
+                per["span"][i], per["got"][i], per["ops"][i], per["stands"][i] = rand_reads(
+                    chunks, more, buf, until, stop, lat, sampled
+                )
             else:
                 t0 = time.monotonic()
                 got = 0
@@ -309,60 +334,111 @@ def reads(
     got = sum(per["got"])
     res: dict[str, Any] = {"bytes": got, "seconds": round(secs, 4), "mb_s": round(got / secs / 1e6, 1)}
     if rnd:
-        xs = sorted(x for per_reader in per["lat"] for x in per_reader)
+        groups = []  # each reader's two lists of samples, a sample standing for its share of the reads they stand for
+        for i in range(n):
+            stands = per["stands"][i] or [0, 0]
+            for xs, reads_of in ((per["lat"][i], stands[0]), (per["sampled"][i], stands[1])):
+                if xs:
+                    groups.append((reads_of / len(xs), xs))
+        p50, p99 = percentiles(groups, [0.5, 0.99])
         ops = sum(per["ops"])
-        res.update(ops=ops, iops=round(ops / secs, 1), p50_ms=pct(xs, 0.5), p99_ms=pct(xs, 0.99))
+        res.update(ops=ops, iops=round(ops / secs, 1), p50_ms=p50, p99_ms=p99)
     return res
 
 
-def draw(rng: "random.Random", fds: "list[int]", sizes: "list[int]", bs: int) -> "list[list[tuple[int, int]]]":
-    """A random reader's next reads, drawn before it starts: (fd, offset) of a whole block of a file
-    chosen at random, in chunks of 64 (the reader looks at the clock and the stop flag after each)."""
+def draw(rng: "random.Random", fds: "list[int]", sizes: "list[int]", bs: int) -> "list[tuple[list[int], list[int]]]":
+    """A random reader's next reads, drawn before it starts: the fd and offset of a whole block of a
+    file chosen at random, in chunks of 64 reads (fds, offsets; the reader looks at the clock and
+    the stop flag after each). One random number per read: its integer part (times the file count)
+    chooses the file, its fraction the block."""
     rand = rng.random
     blocks = [max(1, z // bs) for z in sizes]
     nf = len(fds)
     todo = min(A["max_ops"], DRAWN)
     chunks = []
-    for s in range(0, todo, 64):
-        chunk = []
-        for _ in range(min(64, todo - s)):
-            k = int(rand() * nf)
-            chunk.append((fds[k], int(rand() * blocks[k]) * bs))
-        chunks.append(chunk)
+    for s in range(0, todo, CHUNK):
+        cf, co = [], []
+        for _ in range(min(CHUNK, todo - s)):
+            x = rand() * nf
+            k = int(x)
+            cf.append(fds[k])
+            co.append(int((x - k) * blocks[k]) * bs)
+        chunks.append((cf, co))
     return chunks
 
 
+#: Reads in a chunk: the random loop looks at the clock, max_ops, `until` and the stop flags after each.
+CHUNK = 64
+#: Where reads are fast, one chunk in SAMPLE is timed read by read (see rand_reads).
+SAMPLE = 8
+#: A chunk whose reads took at least this long on average (seconds) is followed by one timed read by read.
+SLOW = 20e-6
+
+
 def rand_reads(
-    chunks: "list[list[tuple[int, int]]]",
-    more: "Callable[[], list[list[tuple[int, int]]]]",
+    chunks: "list[tuple[list[int], list[int]]]",
+    more: "Callable[[], list[tuple[list[int], list[int]]]]",
     buf: "mmap.mmap",
     until: float,
     stop: "mmap.mmap",
     lat: "list[float]",
-) -> "tuple[tuple[float, float], int, int]":
-    """The timed loop of one random reader: ((start, end), bytes, reads); each read's latency goes
-    into `lat`. The loop is what caps IOPS on a fast drive, so per read it does only the read, one
-    clock reading and one append: a read's latency is the time from the clock reading before it to
-    the one after it (the read, plus the loop's own fraction of a microsecond). It ends when it has
-    done max_ops reads, at `until`, or when another reader ended (`stop`), checked every chunk. Past
-    the reads drawn beforehand (DRAWN), it draws fresh ones as it goes rather than reading the same
-    offsets again (those could be in the page cache where O_DIRECT is not used)."""
-    mono, pread, bufs, add = time.monotonic, os.preadv, [buf], lat.append
+    sampled: "list[float]",
+) -> "tuple[tuple[float, float], int, int, list[int]]":
+    """The timed loop of one random reader: ((start, end), bytes, reads, [reads that `lat` and
+    `sampled` stand for]). It ends when it has done max_ops reads, at `until`, or when another
+    reader ended (`stop`), checked after every chunk. Past the reads drawn beforehand (DRAWN), it
+    draws fresh ones as it goes rather than reading the same offsets again (those could be in the
+    page cache where O_DIRECT is not used).
+
+    Where reads are fast (tmpfs, a page-cache hit) the loop's own cost per read is what caps IOPS,
+    so most chunks are read by one `map(os.preadv, ...)` call, with the clock read only after the
+    chunk, and the latencies come from whole chunks timed read by read:
+    - a read's latency is the time from the clock reading just before it to the one just after
+      it: the pread call and a fraction of a microsecond of the loop (fio's clat is the time
+      from submitting an I/O to its completion). A timed chunk's first read is not timed: it
+      runs the timing loop's code after the map calls and took ~1 us longer on tmpfs;
+    - the first chunk, and every chunk after one whose reads took SLOW or more on average (a
+      disk, NVMe, a network filesystem: there the loop's cost is noise), is timed: its
+      latencies go into `lat`, and stand for all the reads of those chunks;
+    - after a faster chunk, a chunk is timed only if it is every SAMPLE-th of the reader's
+      chunks: its latencies go into `sampled`, and stand for all the reads of the chunks
+      read after fast ones (about SAMPLE reads each; `percentiles` weighs them so).
+    So p50/p99 are those of every read where reads are slow, and of about 1 read in SAMPLE, in
+    whole chunks spread over the phase, where they are fast (at least max_ops x readers /
+    SAMPLE samples there: fast readers reach max_ops)."""
+    mono, pread, bufs = time.monotonic, os.preadv, [buf]
+    each = repeat(bufs)
     want = A["max_ops"]
-    got = ops = 0
+    got = ops = k = 0
+    stands = [0, 0]  # reads in the chunks whose samples are `lat`, `sampled`
     t = t0 = mono()
+    slow = True
     while chunks:
-        for chunk in chunks:
-            for fd, off in chunk:
+        for fds, offs in chunks:
+            k += 1
+            start = t
+            n = len(fds)
+            stands[0 if slow else 1] += n
+            if slow or k % SAMPLE == 0:
+                add = lat.append if slow else sampled.append
+                them = zip(fds, offs)  # noqa: B905 (no strict= before Python 3.10; equal lengths)
+                fd, off = next(them)
                 got += pread(fd, bufs, off)
-                t1 = mono()
-                add(t1 - t)
-                t = t1
-            ops += len(chunk)
+                t = mono()
+                for fd, off in them:
+                    got += pread(fd, bufs, off)
+                    t1 = mono()
+                    add(t1 - t)
+                    t = t1
+            else:
+                got += sum(map(pread, fds, each, offs))
+                t = mono()
+            ops += n
+            slow = t - start >= SLOW * n
             if ops >= want or t >= until or stop[0] or STOP.is_set():
-                return (t0, t), got, ops
+                return (t0, t), got, ops, stands
         chunks = more()
-    return (t0, t), got, ops
+    return (t0, t), got, ops, stands
 
 
 def scan(root: str, until: float) -> "tuple[list[tuple[str, int]], list[tuple[str, int]]]":
