@@ -10,8 +10,8 @@ The Typer application (`app.py`) defines every subcommand. A `clustercheck run` 
 arguments are all plain and valid (`--local`, `--ssh HOSTLIST` or `--replay DIR`, what a
 Slurm prolog or a fleet run does) is dispatched here without importing Typer (whose 0.29
 series imports pydantic and builds a validator per option, ~0.13 s); anything else, `--help`
-and mistakes included, goes through Typer. Both paths end in `execute_run()`. `clustercheck prolog ...` has the same
-fast dispatch (`fast_prolog`, into clustercheck.slurm).
+and mistakes included, goes through Typer. Both paths end in `execute_run()`.
+`clustercheck prolog ...` has the same fast dispatch (`fast_prolog`, into clustercheck.slurm).
 """
 
 from __future__ import annotations

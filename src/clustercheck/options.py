@@ -93,14 +93,14 @@ CHECKS: Spec = {
 COMMANDS: dict[str, Spec] = {"run": {**RUN, **RUN_SSH}, "prolog": PROLOG, "health": HEALTH, "checks": CHECKS}
 
 
-def with_values(spec: Spec, keys: set[str] | None = None) -> dict[str, str]:
-    """option -> key for the options that take a value (once or repeated), of `keys` only if given."""
-    return {o: k for o, (k, kind) in spec.items() if kind != "flag" and (keys is None or k in keys)}
+def with_values(spec: Spec) -> dict[str, str]:
+    """option -> key for the options that take a value (once or repeated)."""
+    return {o: k for o, (k, kind) in spec.items() if kind != "flag"}
 
 
-def flags(spec: Spec, keys: set[str] | None = None) -> dict[str, str]:
-    """option -> key for the flags, of `keys` only if given."""
-    return {o: k for o, (k, kind) in spec.items() if kind == "flag" and (keys is None or k in keys)}
+def flags(spec: Spec) -> dict[str, str]:
+    """option -> key for the flags."""
+    return {o: k for o, (k, kind) in spec.items() if kind == "flag"}
 
 
 def parse(
