@@ -341,8 +341,10 @@ def read_pattern(
     phase the readers open their files (and draw their random offsets) first and start
     together, and a figure is over the span from the first reader's start to the last one's
     end; a random phase ends for all readers once one has done 20000 reads (as fio's jobs run
-    for the same time), and each read's latency is timed. Everything runs within `budget`
-    seconds (phases stop at their share of it) and the folder is removed on success,
+    for the same time). p50/p99 are latencies of single reads: of every read where reads
+    take 20 us or more, else of a sample of whole chunks (about 1 read in 8, weighed by the
+    reads it stands for), so that clock readings do not cap IOPS on tmpfs. Everything runs
+    within `budget` seconds (phases stop at their share of it) and the folder is removed on success,
     failure, timeout and SIGTERM. It refuses to run when the writes would leave less than
     `free_margin` of the filesystem free. Thresholds: `min_seq_mb_s` or
     `per_gpu_seq_mb_s` x GPU count (the larger of the two), likewise `min_iops_4k` /
