@@ -156,6 +156,13 @@ def _fmt(x: float) -> str:
 RATIO_KEYS = ("seq MB/s", "rand 4 KiB IOPS", "rand 128 KiB IOPS")
 
 
+def cpu_us(record: dict[str, Any]) -> float | None:
+    """The script's CPU time per 4 KiB read: its random readers' thread CPU time (user + system)
+    over their reading (`cpu_s`, Python 3.7+), over the reads; fio's twin is its usr + sys per I/O."""
+    r = record["rand_4k"]
+    return r["cpu_s"] / r["ops"] * 1e6 if r.get("cpu_s") is not None and r["ops"] else None
+
+
 def measure_folder(folder: Path, args: argparse.Namespace) -> tuple[str, list[str]]:
     """One folder's section text and its TARGET lines."""
     size, per_job = args.size * MIB, args.size * MIB // args.readers
@@ -176,19 +183,25 @@ def measure_folder(folder: Path, args: argparse.Namespace) -> tuple[str, list[st
             ("rand 4 KiB IOPS", r["rand_4k"]["iops"]),
             ("rand 4 KiB p50 ms", r["rand_4k"]["p50_ms"]),
             ("rand 4 KiB p99 ms", r["rand_4k"]["p99_ms"]),
+            ("rand 4 KiB CPU us/read", cpu_us(r)),
             ("rand 128 KiB IOPS", r["rand_128k"]["iops"]),
             ("rand 128 KiB p99 ms", r["rand_128k"]["p99_ms"]),
             ("small files/s", r["meta"]["files_s"]),
         ):
-            cc.setdefault(key, []).append(value)
+            if value is not None:
+                cc.setdefault(key, []).append(value)
         if workers > 1:  # the same script, every reader a thread of one process
             r1 = clustercheck_round(folder, size, args.readers, args.budget, 1)
             one.setdefault("rand 4 KiB IOPS", []).append(r1["rand_4k"]["iops"])
             one.setdefault("rand 128 KiB IOPS", []).append(r1["rand_128k"]["iops"])
+            if (cpu := cpu_us(r1)) is not None:
+                one.setdefault("rand 4 KiB CPU us/read", []).append(cpu)
         if args.readers > workers:  # one process per reader: as many processes as fio has jobs
             rn = clustercheck_round(folder, size, args.readers, args.budget, args.readers)
             each.setdefault("rand 4 KiB IOPS", []).append(rn["rand_4k"]["iops"])
             each.setdefault("rand 128 KiB IOPS", []).append(rn["rand_128k"]["iops"])
+            if (cpu := cpu_us(rn)) is not None:
+                each.setdefault("rand 4 KiB CPU us/read", []).append(cpu)
         with tempfile.TemporaryDirectory(prefix=".bench-storage-fio-", dir=folder) as tmp:
             where = Path(tmp)
             seq = fio(where, "seq", "read", "1M", per_job, args.readers, args.fio_runtime)
@@ -200,6 +213,7 @@ def measure_folder(folder: Path, args: argparse.Namespace) -> tuple[str, list[st
             ("rand 4 KiB IOPS", r4["iops"]),
             ("rand 4 KiB p50 ms", r4["p50_ms"]),
             ("rand 4 KiB p99 ms", r4["p99_ms"]),
+            ("rand 4 KiB CPU us/read", r4["cpu_us_op"]),
             ("rand 128 KiB IOPS", r128["iops"]),
             ("rand 128 KiB p99 ms", r128["p99_ms"]),
         ):
@@ -267,15 +281,17 @@ lines). What separates the two tools there:
   That, not the storage, made /dev/shm miss before (0.26-0.65 of fio in the 17:30 and 20:17 UTC
   runs). fio runs its jobs as threads (--thread), in its one session.
 - CPU time per 4 KiB read. fio spends about 1.6-2.2 us (the figure above, nearly all of it the
-  kernel's). The script's random loop (rand_reads in storage_probe.py) does per read only the
-  os.preadv into its page-aligned buffer at an offset drawn before the phase, one clock reading
-  (a read's latency is the time between the clock readings around it) and one append. Timed
-  side by side in one process (thread CPU time, 25 alternations of 20,000 reads on tmpfs, load
-  3.9): 2.26 us per read, against 2.79 us for the loop of the 20:29 run (two random draws, a file
-  and block lookup and two clock readings per read) and 2.02 us for os.preadv alone in a bare
-  loop, which is about what a whole fio read costs. With windows long enough to average out the
-  neighbours (1 s, fio and the script alternated, 8 rounds, by hand) the script read at 0.90 of
-  fio's rate, the loop before at 0.66.
+  kernel's). The script's random loop (rand_reads in storage_probe.py) reads most chunks of 64
+  reads with one `map(os.preadv, ...)` call into its page-aligned buffer, at offsets drawn before
+  the phase, and reads the clock once per chunk; p50/p99 come from whole chunks timed read by read
+  (every chunk after one whose reads took 20 us or more on average, so a disk keeps every read;
+  else 1 chunk in 8, each sample weighed by the reads it stands for). Timed side by side in one
+  process (thread CPU time, 16 alternations of 20,000 reads on tmpfs, 2026-12-02 00:27 UTC):
+  1.93 us per read against 2.14 us for the loop before it (a clock reading and an append per
+  read; 2.26 us and, before that, 2.79 us in the 2026-12-01 runs), with the same p50/p99
+  (0.002/0.004 ms), and 1.8-1.9 us for os.preadv alone in a bare loop. The table's `CPU us/read`
+  row is the script's random readers' own thread CPU time over their reads (`cpu_s`), beside
+  fio's usr + sys per I/O: unlike IOPS it hardly moves with what else runs on these CPUs.
 - The window. The 4 KiB phase ends when a reader has done 20000 reads (the others stop with it,
   as fio's jobs run for the same time), so on tmpfs it lasts 0.1-0.2 s (the `4 KiB phase` line)
   where fio runs for --fio-runtime. The readers open their files and draw their offsets before

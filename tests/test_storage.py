@@ -485,6 +485,7 @@ def test_random_reads_past_the_drawn_ones_on_tmpfs(tmp_path: Path) -> None:
             assert r["bytes"] == r["ops"] * block, r
             assert 0 < r["ops"] <= 2 * (max_ops + probe.CHUNK), r
             assert 0 < r["p50_ms"] <= r["p99_ms"] < 1000, r
+            assert r["cpu_s"] > 0, r  # the readers' own CPU time over their reads
         # 4 KiB: the first reader to reach max_ops ends the phase (2 s of budget for ~0.2 s of reads)
         assert out["rand_4k"]["ops"] >= max_ops, out["rand_4k"]
         assert leftovers(folder) == []

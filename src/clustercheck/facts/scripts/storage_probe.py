@@ -271,6 +271,7 @@ def reads(
     per: dict[str, list[Any]] = {"got": [0] * n, "ops": [0] * n, "span": [None] * n}
     for key in ("lat", "sampled", "stands"):  # see rand_reads
         per[key] = [[] for _ in range(n)]
+    per["cpu"] = [None] * n  # random readers' CPU time (user + system) over their reading
     gate = Gate(n, until)
     stop = mmap.mmap(-1, 1)  # shared with the worker processes: a random reader that ends stops them all
 
@@ -296,9 +297,12 @@ def reads(
                     return draw(rng, fds, sizes, bs)
 
                 lat, sampled = per["lat"][i], per["sampled"][i]
+                cpu = getattr(time, "thread_time", None)  # Python 3.7+
+                c0 = cpu() if cpu else 0.0
                 per["span"][i], per["got"][i], per["ops"][i], per["stands"][i] = rand_reads(
                     chunks, more, buf, until, stop, lat, sampled
                 )
+                per["cpu"][i] = cpu() - c0 if cpu else None
             else:
                 t0 = time.monotonic()
                 got = 0
@@ -343,6 +347,8 @@ def reads(
         p50, p99 = percentiles(groups, [0.5, 0.99])
         ops = sum(per["ops"])
         res.update(ops=ops, iops=round(ops / secs, 1), p50_ms=p50, p99_ms=p99)
+        if None not in per["cpu"]:
+            res["cpu_s"] = round(sum(per["cpu"]), 4)
     return res
 
 
