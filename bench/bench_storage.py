@@ -8,12 +8,14 @@ process can drive):
   clustercheck  the measuring script of `storage.read_pattern`, run exactly as the check runs
                 it (`python3 -c SCRIPT ARGS`): sequential 1 MiB reads, random 4 KiB and
                 128 KiB reads, small files; O_DIRECT where the filesystem allows it; the random
-                reads in --workers processes (default 0, the check's: one per reader, at most
-                one per CPU)
+                reads in --workers processes (default 0, the check's: one per reader)
   one process   the same script with workers=1 (every reader a thread of one process, as before
                 issue 16), for the random-read rows only
   per reader    the same script with workers=readers (one process per reader, as many processes
-                as fio's jobs, however many CPUs there are), for the random-read rows only
+                as fio's jobs, however many CPUs there are), for the random-read rows only, where
+                --workers gave fewer; with the default (one per reader already), on a machine
+                with fewer CPUs than readers: a process per CPU instead (the default before),
+                readers sharing a process and its interpreter lock
   fio           `fio --ioengine=psync --direct=1` (pread, as the script) with --numjobs equal to
                 the readers (fio's jobs are processes) and one file of --size / --readers per job:
                 rw=read bs=1M; rw=randread bs=4k; rw=randread bs=128k (time-based, --fio-runtime s),
@@ -130,18 +132,19 @@ def fio(folder: Path, name: str, rw: str, bs: str, per_job: int, readers: int, r
     }
 
 
-HEADER = " | ".join(
-    (
-        "| pattern",
-        "clustercheck",
-        "clustercheck, 1 process",
-        "clustercheck, a process per reader",
-        "fio",
-        "clustercheck / fio",
-        "1 process / fio",
-        "a process per reader / fio |",
+def header(third: str) -> str:
+    return " | ".join(
+        (
+            "| pattern",
+            "clustercheck",
+            "clustercheck, 1 process",
+            f"clustercheck, {third}",
+            "fio",
+            "clustercheck / fio",
+            "1 process / fio",
+            f"{third} / fio |",
+        )
     )
-)
 
 
 def load_text() -> str:
@@ -163,6 +166,22 @@ def cpu_us(record: dict[str, Any]) -> float | None:
     return r["cpu_s"] / r["ops"] * 1e6 if r.get("cpu_s") is not None and r["ops"] else None
 
 
+def other_split(readers: int, workers: int) -> tuple[int, str]:
+    """The third clustercheck column: (workers, its name), or (0, name) where there is none. A
+    process per reader where the script ran fewer; where it ran one per reader (workers=0 since
+    the tmpfs item of issue 16) and this machine has fewer CPUs than readers, a process per CPU
+    (the default before: readers sharing a process, and its interpreter lock, two by two here)."""
+    if readers > workers:
+        return readers, "a process per reader"
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    if 1 < cpus < workers:
+        return cpus, "a process per CPU"
+    return 0, "a process per reader"
+
+
 def measure_folder(folder: Path, args: argparse.Namespace) -> tuple[str, list[str]]:
     """One folder's section text and its TARGET lines."""
     size, per_job = args.size * MIB, args.size * MIB // args.readers
@@ -172,7 +191,7 @@ def measure_folder(folder: Path, args: argparse.Namespace) -> tuple[str, list[st
     fi: dict[str, list[float]] = {}
     fio_cpu: list[float] = []
     window: list[tuple[float, int]] = []  # clustercheck's 4 KiB phase: seconds of reading, reads
-    cache, workers = "?", 1
+    cache, workers, third = "?", 1, "a process per reader"
     load_before = load_text()
     for _ in range(args.rounds):
         r = clustercheck_round(folder, size, args.readers, args.budget, args.workers)
@@ -196,8 +215,9 @@ def measure_folder(folder: Path, args: argparse.Namespace) -> tuple[str, list[st
             one.setdefault("rand 128 KiB IOPS", []).append(r1["rand_128k"]["iops"])
             if (cpu := cpu_us(r1)) is not None:
                 one.setdefault("rand 4 KiB CPU us/read", []).append(cpu)
-        if args.readers > workers:  # one process per reader: as many processes as fio has jobs
-            rn = clustercheck_round(folder, size, args.readers, args.budget, args.readers)
+        other, third = other_split(args.readers, workers)
+        if other:
+            rn = clustercheck_round(folder, size, args.readers, args.budget, other)
             each.setdefault("rand 4 KiB IOPS", []).append(rn["rand_4k"]["iops"])
             each.setdefault("rand 128 KiB IOPS", []).append(rn["rand_128k"]["iops"])
             if (cpu := cpu_us(rn)) is not None:
@@ -250,13 +270,13 @@ def measure_folder(folder: Path, args: argparse.Namespace) -> tuple[str, list[st
 ### {folder} ({fstype})
 
 {args.size} MiB file set, {args.readers} readers = fio jobs, clustercheck's random reads in {workers} processes
-(workers={args.workers}: {"one per reader, up to the CPUs" if args.workers == 0 else "as given"}), page cache: {cache}
+(workers={args.workers}: {"one per reader" if args.workers == 0 else "as given"}), page cache: {cache}
 (fio: direct=1), medians of {args.rounds} rounds; load average (1/5/15 min) before {load_before},
 after {load_after}; fio's CPU time per 4 KiB read (usr + sys over its I/Os, median):
 {statistics.median(fio_cpu):.2f} us. clustercheck's 4 KiB phase (median): {win_s:.3g} s of reading, {win_n:,.0f} reads
 (it ends when a reader has done 20000, or at its share of the budget); fio's: {args.fio_runtime:g} s.
 
-{HEADER}
+{header(third)}
 |---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
@@ -292,6 +312,13 @@ lines). What separates the two tools there:
   (0.002/0.004 ms), and 1.8-1.9 us for os.preadv alone in a bare loop. The table's `CPU us/read`
   row is the script's random readers' own thread CPU time over their reads (`cpu_s`), beside
   fio's usr + sys per I/O: unlike IOPS it hardly moves with what else runs on these CPUs.
+- Readers sharing a process. Where readers share a worker process they share its interpreter
+  lock, and every read's release of it wakes the other reader: on these 2 CPUs 4 readers in 2
+  processes (the default until 2026-12-02) took 2.24 us of CPU per 4 KiB read on tmpfs where 4
+  processes took 1.88 (fio 1.98; 6 rounds side by side, 00:39 UTC), and read at 0.90 of fio's
+  IOPS against 1.01. So `workers: 0` is now one process per reader, as fio's jobs, beyond the
+  CPUs too (the kernel shares them out in time slices); the `a process per CPU` column is the
+  old split.
 - The window. The 4 KiB phase ends when a reader has done 20000 reads (the others stop with it,
   as fio's jobs run for the same time), so on tmpfs it lasts 0.1-0.2 s (the `4 KiB phase` line)
   where fio runs for --fio-runtime. The readers open their files and draw their offsets before

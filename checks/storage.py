@@ -328,8 +328,8 @@ def read_pattern(
     `readers` parallel readers (default: one per GPU from the nvml probe, else 4):
     (1) sequential reads in `seq_block` blocks, MB/s; (2) random 4 KiB and 128 KiB reads
     inside the files, IOPS and p50/p99 latency, the readers spread over `workers` processes
-    (default 0: one process per reader, at most one per CPU this command may use; 1: threads
-    of one process, whose interpreter lock caps 4 KiB IOPS well below a fast NVMe drive's);
+    (default 0: one process per reader, as fio's jobs, up to 64; 1: threads of one process,
+    whose interpreter lock caps 4 KiB IOPS well below a fast NVMe drive's);
     (3) open+fstat+read+close of `meta_files` small files, files/s. With `dataset: true`,
     `path` is an existing dataset, read read-only (nothing is written or created): its files
     of 4 MiB or more (up to 64) are read sequentially (up to `size` in all) and at random, and up to `meta_files` of its
@@ -361,7 +361,7 @@ def read_pattern(
     filesystem's than the node's).
     """
     if workers < 0:
-        raise ValueError(f"workers must be 0 (one process per reader, up to the node's CPUs) or more, got {workers}")
+        raise ValueError(f"workers must be 0 (one process per reader, up to 64) or more, got {workers}")
     n, gpus, readers_said = _readers(host, readers)
     args = {
         "mode": "read",
