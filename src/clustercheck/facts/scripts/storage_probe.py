@@ -15,6 +15,7 @@ The text is part of the argv recorded in fixtures (fixtures/storage-*): changing
 updating the recorded argv (tests/test_scripts.py holds its hash).
 """
 
+import bisect
 import fcntl
 import json
 import marshal
@@ -242,21 +243,27 @@ def pct(xs: "list[float]", p: float) -> "float | None":
 
 
 def percentiles(groups: "list[tuple[float, list[float]]]", ps: "list[float]") -> "list[float | None]":
-    """pct(p) for each p of ps (ascending) over latency samples in groups (weight, samples), each
-    sample of a group standing for `weight` reads (see rand_reads): the first latency, in order,
-    at which the reads that it and the faster samples stand for are more than a share p of all the
-    reads the samples stand for. Where every weight is the same, that is pct(sorted(samples), p)."""
-    both = sorted((x, wt) for wt, xs in groups for x in xs)
-    if not both:
+    """pct(p) for each p of ps over latency samples in groups (weight, samples), each sample of a
+    group standing for `weight` reads (see rand_reads): the least sample at which the reads that it
+    and the samples up to it stand for are more than a share p of all the reads the samples stand
+    for. Where every weight is the same, that is pct(sorted(samples), p). Sorting floats and a
+    binary search over them: (latency, weight) pairs took 2.7 s to sort for 64 readers."""
+    groups = [(wt, sorted(xs)) for wt, xs in groups if xs]
+    every = sorted(x for _, xs in groups for x in xs)
+    if not every:
         return [None for _ in ps]
     total = sum(wt * len(xs) for wt, xs in groups)
     out: list[float | None] = []
-    i, seen = 0, both[0][1]
     for p in ps:  # a weight is 1 or more: a margin far under one keeps sums' rounding from deciding ties
-        while seen <= total * p + total * 1e-9 and i < len(both) - 1:
-            i += 1
-            seen += both[i][1]
-        out.append(round(both[i][0] * 1000, 3))
+        want = total * p + total * 1e-9
+        lo, hi = 0, len(every) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if sum(wt * bisect.bisect_right(xs, every[mid]) for wt, xs in groups) > want:
+                hi = mid
+            else:
+                lo = mid + 1
+        out.append(round(every[lo] * 1000, 3))
     return out
 
 
