@@ -9,6 +9,7 @@ each call, so a caller (or a test) sets them in one place.
 
 from __future__ import annotations
 
+import collections
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,12 @@ from clustercheck.analyzers.nccl_log.grammar import (
 
 #: The most lines one stretch keeps for parsing (with _SEEN_CAP, memory stays constant).
 _RECORDS_CAP = 200_000
+#: The text after a line's first ` via `.
+_VIA_TAIL = re.compile(rb" via ([^\n]*)")
+#: In a block read backwards: a ` via ` whose line has `NCCL INFO Channel|Ring ` before it within 512
+#: bytes (as _channels_exact looks for it) and no `N` between them; the group is the line's text before
+#: that marker (backwards).
+_REV_CHANNEL = re.compile(rb" aiv [^\nN]{0,512}? (?:lennahC|gniR) OFNI LCCN([^\n]*)")
 
 
 @dataclass
@@ -57,7 +64,7 @@ class Partial:
     overlong: int = 0
     cut: int = 0  # lines longer than MAX_KEPT, kept only up to it
     cut_line: int = 0  # the first of them (relative to the stretch)
-    # host -> [lines, CUDA devices] of INFO lines that repeat one already kept for the host (see _repeat)
+    # host -> [lines, CUDA devices] of INFO lines that repeat one already kept for the host (see _rare)
     repeats: dict[str | None, list[Any]] = field(default_factory=dict)
     parsed: int = 0  # records the scanner parsed already (the exact start, while grep read the rest)
 
@@ -105,10 +112,17 @@ class _Collector:
     def _rare(
         self, buf: bytes | bytearray, end: int, first_line: int, pattern: re.Pattern[bytes], *, header: bool = False
     ) -> None:
-        """Keep the lines `pattern` finds. `header`: every line starts with grep's `LINE:OFFSET:`, not kept."""
+        """Keep the lines `pattern` finds. `header`: every line starts with grep's `LINE:OFFSET:`, not kept.
+
+        A line kept already (pointers aside) is not kept again: every rank prints the same lines, often
+        for every communicator. Nor is an INFO line whose parse does not depend on how often it comes
+        (the host's facts it sets are kept from their first line) once the same host's same message is
+        kept: it is counted in `repeats` (Scanner.add: the host's lines and CUDA devices), for every rank
+        of a host prints the same init lines, its pid:tid before them. WARN lines, lines with two markers,
+        channel lines and GPU Direct RDMA lines (the last of a host's counts) are always kept."""
         rfind, find, count = buf.rfind, buf.find, buf.count
-        seen, said, repeat, out = self._seen, self._said, self._repeat, self.out
-        records = out.records
+        seen, said, out, hosts = self._seen, self._said, self.out, self._hosts
+        records, repeats = out.records, out.repeats
         line_no, last_line_start, last_stop = first_line, 0, -1
         for m in pattern.finditer(buf, 0, end):
             at = m.start()
@@ -121,61 +135,56 @@ class _Collector:
             last_stop = stop
             if header:
                 line_start, start = start, find(b":", find(b":", start) + 1) + 1
-            line = bytes(buf[start:stop])
+            line = buf[start:stop]
+            if not isinstance(line, bytes):  # a slice of bytes is bytes; of a bytearray, one to copy
+                line = bytes(line)
             raw = _HEX.sub(b"", line) if b"0x" in line else line  # pointers and ids differ per communicator
             if raw in seen:
-                continue  # every rank prints the same lines, often for every communicator
+                continue
             if len(seen) >= _SEEN_CAP:
                 seen.clear()
             seen.add(raw)
-            if header:
+            if not header:
+                line_start = start
+            if stop - start > MAX_KEPT:  # keep the head of an overlong line, and say it was cut
                 line_no += count(b"\n", last_line_start, line_start)
                 last_line_start = line_start
-            else:
-                line_no += count(b"\n", last_line_start, start)
-                last_line_start = start
-            if stop - start > MAX_KEPT:  # keep the head of an overlong line, and say it was cut
                 self._record(buf, start, stop, line_no)
-            elif len(records) < _RECORDS_CAP:  # _record, inline: this runs for every kept line
-                key = repeat(line)
-                if key is not None:
-                    if key in said:
-                        continue
-                    if len(said) >= _SEEN_CAP:
-                        said.clear()
-                    said.add(key)
-                records.append((line_no, line.decode("utf-8", "replace")))
+                continue
+            if len(records) >= _RECORDS_CAP:
+                continue
+            marker = line.find(b"NCCL INFO ")
+            if marker >= 0 and line.find(b"NCCL INFO ", marker + 10) < 0 and b"NCCL WARN " not in line:
+                message = line[marker + 10 :]
+                if not message.startswith(_ALWAYS_KEPT) and b"GPU Direct RDMA" not in message:
+                    raw_prefix = line[:marker]
+                    known = hosts.get(raw_prefix)
+                    if known is None:
+                        known = self._prefix(raw_prefix)
+                    if known[0] == "ok":
+                        key = (known[1], message)
+                        if key in said:
+                            entry = repeats.get(known[1])
+                            if entry is None:
+                                entry = repeats[known[1]] = [0, set()]
+                            entry[0] += 1
+                            if known[2] is not None:
+                                entry[1].add(known[2])
+                            continue
+                        if len(said) >= _SEEN_CAP:
+                            said.clear()
+                        said.add(key)
+            line_no += count(b"\n", last_line_start, line_start)  # (counted for the lines kept only)
+            last_line_start = line_start
+            records.append((line_no, line.decode("utf-8", "replace")))
 
-    def _repeat(self, line: bytes) -> tuple[str | None, bytes] | None:
-        """(host, message) of an INFO line whose parse does not depend on how often it comes (the host's
-        facts it sets are kept from their first line), else None. A line whose (host, message) was kept
-        already is counted in `repeats` (Scanner.add: the host's lines and CUDA devices) and not parsed
-        again: every rank of a host prints the same init lines, and in the line before it its pid:tid."""
-        marker = line.find(b"NCCL INFO ")
-        if marker < 0 or b"NCCL WARN " in line or line.find(b"NCCL INFO ", marker + 10) >= 0:
-            return None  # WARN lines are counted, lines with two markers taken apart another way
-        message = line[marker + 10 :]
-        if message.startswith((b"Channel", b"Ring")) or b"GPU Direct RDMA" in message:
-            return None  # channel lines are counted; the last of a host's GPU Direct RDMA lines counts
-        raw_prefix = line[:marker]
-        known = self._hosts.get(raw_prefix)
-        if known is None:
-            known = prefix_of(raw_prefix.decode("utf-8", "replace"))
-            if len(self._hosts) >= _SEEN_CAP:
-                self._hosts.clear()
-            self._hosts[raw_prefix] = known
-        what, host, dev = known
-        if what != "ok":
-            return None  # garbled lines are counted
-        said = (host, message)
-        if said in self._said:
-            entry = self.out.repeats.get(host)
-            if entry is None:
-                entry = self.out.repeats[host] = [0, set()]
-            entry[0] += 1
-            if dev is not None:
-                entry[1].add(dev)
-        return said
+    def _prefix(self, raw_prefix: bytes) -> tuple[str, str | None, int | None]:
+        """prefix_of() of the text before a line's marker, kept for the next line with it."""
+        known = prefix_of(raw_prefix.decode("utf-8", "replace"))
+        if len(self._hosts) >= _SEEN_CAP:
+            self._hosts.clear()
+        self._hosts[raw_prefix] = known
+        return known
 
     def _foreign(self, buf: bytes | bytearray, end: int, first_line: int) -> None:
         if buf.find(b"fi_getinfo", 0, end) < 0 and buf.find(b"libibverbs: Warning", 0, end) < 0:
@@ -197,7 +206,10 @@ class _Collector:
     def _channels_exact(self, buf: bytes, end: int, first_line: int) -> None:
         """Every channel line (`_CHANNEL`) attributed to its host by the prefix and the tail around its
         ` via `; line by line (buf[:end] is whole lines), each distinct prefix and tail taken apart once."""
-        if buf.find(b" via ", 0, end) < 0:
+        vias = buf.count(b" via ", 0, end)
+        if not vias:
+            return
+        if self._channels_counted(buf, end, first_line, vias):
             return
         prefixes, classes = self._prefixes, self._classes
         channels, tails = self.out.channels, self.out.tails
@@ -246,6 +258,77 @@ class _Collector:
                             tails[cls[0]] = cls[1]
                     else:
                         entry[0] += 1
+
+    def _channels_counted(self, buf: bytes, end: int, first_line: int, vias: int) -> bool:
+        """_channels_exact for a block whose every ` via ` is on a plain channel line (one `NCCL INFO
+        Channel|Ring ` before it, within 512 bytes and no `N` between them, no other marker): the same
+        counts, keys, first lines and caches, with each distinct prefix and tail looked at once and the
+        lines found, mapped to their keys and counted by the regex engine and C loops. False, with
+        nothing changed, for any other block (the caller then reads it line by line)."""
+        tails = _VIA_TAIL.findall(buf, 0, end)  # the text after each line's first ` via `
+        if len(tails) != vias:
+            return False  # a line with two
+        # the text before each ` via `'s marker, found in the block read backwards (forwards, no regex
+        # finds it without trying every line): one per ` via ` exactly when each is on a plain channel line
+        befores = _REV_CHANNEL.findall(buf[end - 1 :: -1])
+        if len(befores) != vias:
+            return False
+        prefixes, classes = self._prefixes, self._classes
+        new: dict[bytes, str | None] = {}
+        hosts: dict[bytes, str | None] = {}  # the line's text before its marker, backwards -> its host
+        for before in dict.fromkeys(reversed(befores)):  # in the order of their first lines
+            if b"LCCN" in before:
+                return False  # a second marker on the line
+            prefix = before[::-1]
+            host = prefixes.get(prefix, _UNSET)
+            if host is _UNSET:
+                host = new.get(prefix, _UNSET)
+            if host is _UNSET:
+                if len(prefix) > MAX_KEPT // 2:
+                    return False  # split_line reads the line's first MAX_KEPT bytes
+                what, host, _ = prefix_of(prefix.decode("utf-8", "replace"))  # split_line's, for one marker
+                if what != "ok":
+                    return False  # garbled: recorded for the judge, line by line
+                new[prefix] = host
+            hosts[before] = host
+        names: dict[bytes, str | None] = {}  # tail -> its class name, None where it has none
+        nets: dict[bytes, tuple[str, NetTail | None] | tuple[()]] = {}  # tail -> its class
+        for tail in dict.fromkeys(tails):
+            if b"NCCL" in tail:
+                return False
+            cls = classes.get(tail)
+            if cls is None:
+                cls = self._classify(tail)
+            nets[tail] = cls
+            names[tail] = cls[0] if cls else None
+        if len(prefixes) + len(new) > _SEEN_CAP:
+            return False  # the cache would be cleared within the block
+        prefixes.update(new)
+        keys = list(zip(map(hosts.__getitem__, reversed(befores)), map(names.__getitem__, tails), strict=True))
+        channels, out_tails = self.out.channels, self.out.tails
+        first: dict[tuple[str | None, str | None], int] | None = None
+        starts: list[int] = []
+        counted, line = 0, first_line  # the first lines of new keys come in order: counted on from the last
+        for pair, n in collections.Counter(keys).items():  # in the order of their first lines
+            host, name = pair
+            if name is None:
+                continue
+            key = (host, name, True)
+            entry = channels.get(key)
+            if entry is not None:
+                entry[0] += n
+                continue
+            if first is None:  # where each key's first line is (only where a key is new)
+                first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=True))
+                starts = [m.start() for m in _VIA_TAIL.finditer(buf, 0, end)]
+            at = first[pair]
+            line += buf.count(b"\n", counted, starts[at])
+            counted = starts[at]
+            channels[key] = [n, line]
+            net = nets[tails[at]]
+            if net and net[1] is not None:
+                out_tails[name] = net[1]
+        return True
 
     def _count(self, host: str | None, cls: tuple[str, NetTail | None], line: int, job_counts: bool) -> None:
         out = self.out
@@ -394,6 +477,9 @@ def _first(pattern: re.Pattern[bytes], buf: bytes | bytearray, end: int) -> int:
 
 
 _UNSET: Any = object()
+#: Messages _rare keeps however often they come: channel lines are counted (and their comm kinds
+#: taken apart per line), and the last of a host's GPU Direct RDMA lines counts.
+_ALWAYS_KEPT = (b"Channel", b"Ring")
 
 
 def _scan_stream(stream: IO[bytes], name: str, limit: int | None = None, exact: int | None = None) -> Partial:
