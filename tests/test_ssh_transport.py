@@ -244,6 +244,42 @@ def test_changed_host_key_is_always_refused(sshd: SSHServer, home: Path) -> None
     assert known.read_text() == f"[127.0.0.1]:{sshd.port} {impostor}\n"
 
 
+def known_hosts_verdict(sshd: SSHServer, home: Path, lines: list[str]) -> str:
+    """What connecting says with these known_hosts lines: "ok", or the refusal's message."""
+    (home / ".ssh" / "known_hosts").write_text("".join(f"{line}\n" for line in lines))
+    t = direct(sshd, ssh_config=None)
+    try:
+        return "ok" if t.run(["true"], timeout=10).exit_code == 0 else "exit"
+    except Unreachable as exc:
+        return str(exc)
+    finally:
+        t.close()
+
+
+def test_known_hosts_patterns_negations_hashes_and_revocations(sshd: SSHServer, home: Path) -> None:
+    """The matching rules of OpenSSH's known_hosts (sshd(8) SSH_KNOWN_HOSTS FILE FORMAT), with the
+    plain names of a fleet's file looked up by name and the rest entry by entry, in file order."""
+    name = f"[127.0.0.1]:{sshd.port}"
+    key = sshd.host_key_line
+    impostor = " ".join(Path(f"{sshd.wrong_key}.pub").read_text().split()[:2])
+    plain = home / "to-hash"
+    plain.write_text(f"{name} {key}\n")
+    subprocess.run(["ssh-keygen", "-H", "-f", str(plain)], capture_output=True, check=True)  # OpenSSH hashes it
+    hashed_line = plain.read_text().strip()
+    assert hashed_line.startswith("|1|")
+    fleet = [f"node{i:04d},10.1.{i // 250}.{i % 250} {impostor}" for i in range(2000)]  # other names
+    assert known_hosts_verdict(sshd, home, [*fleet, f"NODE7,{name.upper()} {key}"]) == "ok"  # any case
+    assert known_hosts_verdict(sshd, home, [*fleet, f"[127.0.0.*]:{sshd.port} {key}"]) == "ok"
+    assert known_hosts_verdict(sshd, home, [*fleet, hashed_line]) == "ok"
+    negated = known_hosts_verdict(sshd, home, [f"[127.0.0.*]:{sshd.port},!{name} {key}"])
+    assert "unknown SSH host key" in negated
+    revoked = known_hosts_verdict(sshd, home, [f"{name} {key}", f"@revoked * {key}"])
+    assert "REVOKED" in revoked and ":2" in revoked
+    # a changed key names the first line that knows the host: a pattern before a plain name
+    changed = known_hosts_verdict(sshd, home, [*fleet[:3], f"[127.0.0.?]:{sshd.port} {impostor}", f"{name} {impostor}"])
+    assert "CHANGED" in changed and "known_hosts:4" in changed
+
+
 # -- failures ----------------------------------------------------------------------------
 def test_connection_refused_is_quick_and_clear(sshd: SSHServer) -> None:
     t = direct(sshd, host="127.0.0.201")  # nothing listens there (the fleet sshd takes 127.0.0.2-65)

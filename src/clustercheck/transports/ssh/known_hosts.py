@@ -125,22 +125,36 @@ def _glob_match(pattern: str, name: str) -> bool:
     return re.fullmatch(regex, name, re.IGNORECASE) is not None
 
 
-_PARSED: dict[str, tuple[tuple[int, int, int], list[KnownKey]]] = {}
+@dataclass(frozen=True)
+class _File:
+    """One known_hosts file's entries, and the plain ones indexed by name: a fleet's file names
+    every node, and a scan of it per host (thousands of entries) cost more than the handshake."""
+
+    entries: list[KnownKey]
+    by_name: dict[str, list[int]]  # a plain name (lower case) -> the entries naming it, by index
+    patterned: list[int]  # entries with a wildcard, a negation or a hashed name: matched one by one
+
+
+_PARSED: dict[str, tuple[tuple[int, int, int], _File]] = {}
 
 
 class KnownHosts:
     """The keys of several known_hosts files (parsed once per file version, per process)."""
 
     def __init__(self, paths: list[str]) -> None:
-        self.entries: list[KnownKey] = []
+        self.files = [_parse_known_hosts(path) for path in paths]
         self._found: dict[str, list[KnownKey]] = {}
-        for path in paths:
-            self.entries.extend(_parse_known_hosts(path))
 
     def lookup(self, name: str) -> list[KnownKey]:
+        """The entries that name `name`, in file order (the files, then their lines)."""
         found = self._found.get(name)
         if found is None:
-            found = self._found[name] = [e for e in self.entries if e.matches(name)]
+            found = []
+            for f in self.files:
+                hits = f.by_name.get(name.lower(), [])
+                hits = sorted([*hits, *(i for i in f.patterned if f.entries[i].matches(name))])
+                found += [f.entries[i] for i in hits]
+            self._found[name] = found
         return found
 
     def key_types(self, name: str) -> list[str]:
@@ -151,11 +165,15 @@ class KnownHosts:
         return types
 
 
-def _parse_known_hosts(path: str) -> list[KnownKey]:
+def _plain(pattern: str) -> bool:
+    return not pattern.startswith(("|1|", "!")) and "*" not in pattern and "?" not in pattern
+
+
+def _parse_known_hosts(path: str) -> _File:
     try:
         st = os.stat(path)
     except OSError:
-        return []
+        return _File([], {}, [])
     stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
     cached = _PARSED.get(path)
     if cached and cached[0] == stamp:
@@ -165,7 +183,7 @@ def _parse_known_hosts(path: str) -> list[KnownKey]:
         with open(path, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError:
-        return []
+        return _File([], {}, [])
     for lineno, line in enumerate(lines, 1):
         fields = line.split()
         if not fields or fields[0].startswith("#"):
@@ -180,8 +198,17 @@ def _parse_known_hosts(path: str) -> list[KnownKey]:
         except ValueError:
             continue
         entries.append(KnownKey(tuple(fields[0].split(",")), fields[1], blob, marker == "@revoked", path, lineno))
-    _PARSED[path] = (stamp, entries)
-    return entries
+    by_name: dict[str, list[int]] = {}
+    patterned: list[int] = []
+    for i, e in enumerate(entries):
+        if all(_plain(p) for p in e.patterns):
+            for p in dict.fromkeys(p.lower() for p in e.patterns):
+                by_name.setdefault(p, []).append(i)
+        else:
+            patterned.append(i)
+    parsed = _File(entries, by_name, patterned)
+    _PARSED[path] = (stamp, parsed)
+    return parsed
 
 
 def _hashed_match(pattern: str, name: str) -> bool:
