@@ -10,6 +10,7 @@ each call, so a caller (or a test) sets them in one place.
 from __future__ import annotations
 
 import collections
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,11 +38,11 @@ from clustercheck.analyzers.nccl_log.grammar import (
 #: The most lines one stretch keeps for parsing (with _SEEN_CAP, memory stays constant).
 _RECORDS_CAP = 200_000
 #: The text after a line's first ` via `.
-_VIA_TAIL = re.compile(rb" via ([^\n]*)")
+_VIA_TAIL = re.compile(rb" via (.*)")  # (`.`: any byte but a newline, and the regex engine's fastest loop)
 #: In a block read backwards: a ` via ` whose line has `NCCL INFO Channel|Ring ` before it within 512
 #: bytes (as _channels_exact looks for it) and no `N` between them; the group is the line's text before
-#: that marker (backwards).
-_REV_CHANNEL = re.compile(rb" aiv [^\nN]{0,512}? (?:lennahC|gniR) OFNI LCCN([^\n]*)")
+#: that marker (backwards). Greedy is the nearest marker: the run without `N` ends inside it.
+_REV_CHANNEL = re.compile(rb" aiv [^\nN]{0,512} (?:lennahC|gniR) OFNI LCCN(.*)")
 
 
 @dataclass
@@ -93,8 +94,9 @@ class _Collector:
                 data = bytes(view[:end])
             self._rare(data, end, first_line, _RARE)
             self._foreign(data, end, first_line)
-            self._channels_exact(data, end, first_line)
-            self.exact_left -= data.count(b" via ")  # grep.exact_end counts the same way
+            vias = data.count(b" via ")  # grep.exact_start counts the same way
+            self._channels_exact(data, end, first_line, vias)
+            self.exact_left -= vias
         else:
             if buf.find(b"NCCL", 0, end) >= 0:
                 self._rare(buf, end, first_line, _RARE_LEAN)
@@ -203,10 +205,10 @@ class _Collector:
             self._classes[tail] = cls
         return cls
 
-    def _channels_exact(self, buf: bytes, end: int, first_line: int) -> None:
+    def _channels_exact(self, buf: bytes, end: int, first_line: int, vias: int) -> None:
         """Every channel line (`_CHANNEL`) attributed to its host by the prefix and the tail around its
-        ` via `; line by line (buf[:end] is whole lines), each distinct prefix and tail taken apart once."""
-        vias = buf.count(b" via ", 0, end)
+        ` via ` (`vias` of them in buf[:end], which is whole lines); each distinct prefix and tail taken
+        apart once."""
         if not vias:
             return
         if self._channels_counted(buf, end, first_line, vias):
@@ -307,8 +309,7 @@ class _Collector:
         keys = list(zip(map(hosts.__getitem__, reversed(befores)), map(names.__getitem__, tails), strict=True))
         channels, out_tails = self.out.channels, self.out.tails
         first: dict[tuple[str | None, str | None], int] | None = None
-        starts: list[int] = []
-        counted, line = 0, first_line  # the first lines of new keys come in order: counted on from the last
+        lines: list[int] = []
         for pair, n in collections.Counter(keys).items():  # in the order of their first lines
             host, name = pair
             if name is None:
@@ -318,13 +319,12 @@ class _Collector:
             if entry is not None:
                 entry[0] += n
                 continue
-            if first is None:  # where each key's first line is (only where a key is new)
+            if first is None:  # each key's first line, and the line of each ` via ` (only where a key is new)
                 first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1), strict=True))
-                starts = [m.start() for m in _VIA_TAIL.finditer(buf, 0, end)]
+                pieces = (buf if end == len(buf) else buf[:end]).split(b" via ")
+                lines = list(itertools.accumulate(map(bytes.count, pieces, itertools.repeat(b"\n"))))
             at = first[pair]
-            line += buf.count(b"\n", counted, starts[at])
-            counted = starts[at]
-            channels[key] = [n, line]
+            channels[key] = [n, first_line + lines[at]]
             net = nets[tails[at]]
             if net and net[1] is not None:
                 out_tails[name] = net[1]
@@ -588,6 +588,9 @@ def default_jobs() -> int:
 
 
 def _fork_available() -> bool:
-    import multiprocessing
+    """Whether multiprocessing has its fork start method: everywhere but Windows (where os has no fork);
+    asked without importing multiprocessing, which a run through grep (one process) does not need."""
+    import os
+    import sys
 
-    return "fork" in multiprocessing.get_all_start_methods()
+    return sys.platform != "win32" and hasattr(os, "fork")
