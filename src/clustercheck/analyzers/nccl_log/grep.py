@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator
 from typing import IO
 
 import clustercheck.analyzers.nccl_log.knobs as knobs
-from clustercheck.analyzers.nccl_log.grammar import _COMMON, _RARE_LEAN, COMMON_ERE, COMMON_KEY
-from clustercheck.analyzers.nccl_log.scan import Partial, _blocks, _Collector
+from clustercheck.analyzers.nccl_log.grammar import _COMMON, COMMON_ERE, COMMON_KEY
+from clustercheck.analyzers.nccl_log.scan import _RARE_LEAN_LINE, Partial, _blocks, _Collector
 
 #: Bytes of each grep's output held while the exact start is still being read (grep waits beyond it).
 _HELD = 8 << 20
@@ -476,7 +476,7 @@ class _RareFeeder:
                 self.last = _last(piece, self.x, self.base)
                 out = s.collector.out
                 records, cut_line = len(out.records), out.cut_line
-                s.collector._rare(piece, len(piece), 1, _RARE_LEAN, header=True)
+                s.collector._rare(piece, len(piece), 1, _RARE_LEAN_LINE, header=True)
                 _renumber(out, piece, self.base, records, cut_line)
                 at = cut
             if cut < n:

@@ -37,6 +37,9 @@ from clustercheck.analyzers.nccl_log.grammar import (
 
 #: The most lines one stretch keeps for parsing (with _SEEN_CAP, memory stays constant).
 _RECORDS_CAP = 200_000
+#: _RARE and _RARE_LEAN run on to the end of the line (what _Collector._rare reads them with).
+_RARE_LINE = re.compile(_RARE.pattern + rb".*", re.MULTILINE)
+_RARE_LEAN_LINE = re.compile(_RARE_LEAN.pattern + rb".*", _RARE_LEAN.flags)
 #: The text after a line's first ` via `.
 _VIA_TAIL = re.compile(rb" via (.*)")  # (`.`: any byte but a newline, and the regex engine's fastest loop)
 #: In a block read backwards: a ` via ` whose line has `NCCL INFO Channel|Ring ` before it within 512
@@ -92,14 +95,14 @@ class _Collector:
             # one immutable copy: the many slices of this phase are then hashable without a second copy
             with memoryview(buf) as view:
                 data = bytes(view[:end])
-            self._rare(data, end, first_line, _RARE)
+            self._rare(data, end, first_line, _RARE_LINE)
             self._foreign(data, end, first_line)
             vias = data.count(b" via ")  # grep.exact_start counts the same way
             self._channels_exact(data, end, first_line, vias)
             self.exact_left -= vias
         else:
             if buf.find(b"NCCL", 0, end) >= 0:
-                self._rare(buf, end, first_line, _RARE_LEAN)
+                self._rare(buf, end, first_line, _RARE_LEAN_LINE)
             self._channels_lean(buf, end, first_line)
 
     def _record(self, buf: bytes | bytearray, start: int, end: int, line: int) -> None:
@@ -114,7 +117,8 @@ class _Collector:
     def _rare(
         self, buf: bytes | bytearray, end: int, first_line: int, pattern: re.Pattern[bytes], *, header: bool = False
     ) -> None:
-        """Keep the lines `pattern` finds. `header`: every line starts with grep's `LINE:OFFSET:`, not kept.
+        """Keep the lines `pattern` finds (_RARE_LINE, _RARE_LEAN_LINE: a match runs on to the end of its
+        line). `header`: every line starts with grep's `LINE:OFFSET:`, not kept.
 
         A line kept already (pointers aside) is not kept again: every rank prints the same lines, often
         for every communicator. Nor is an INFO line whose parse does not depend on how often it comes
@@ -131,10 +135,7 @@ class _Collector:
             if at <= last_stop:
                 continue  # a second kind on the same (spliced) line: no rescan of a long line
             start = rfind(b"\n", 0, at) + 1
-            stop = find(b"\n", m.end(), end)
-            if stop < 0:
-                stop = end
-            last_stop = stop
+            stop = last_stop = m.end()  # (the patterns run on to the end of the line)
             if header:
                 line_start, start = start, find(b":", find(b":", start) + 1) + 1
             line = buf[start:stop]
@@ -155,8 +156,13 @@ class _Collector:
                 continue
             if len(records) >= _RECORDS_CAP:
                 continue
-            marker = line.find(b"NCCL INFO ")
-            if marker >= 0 and line.find(b"NCCL INFO ", marker + 10) < 0 and b"NCCL WARN " not in line:
+            if line.count(b"NCCL ") == 1:  # the usual line: the match's marker is its only one
+                marker = at - start
+                single = line.startswith(b"NCCL INFO ", marker)
+            else:
+                marker = line.find(b"NCCL INFO ")
+                single = marker >= 0 and line.find(b"NCCL INFO ", marker + 10) < 0 and b"NCCL WARN " not in line
+            if single:
                 message = line[marker + 10 :]
                 if not message.startswith(_ALWAYS_KEPT) and b"GPU Direct RDMA" not in message:
                     raw_prefix = line[:marker]
