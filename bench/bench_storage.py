@@ -314,11 +314,17 @@ lines). What separates the two tools there:
   fio's usr + sys per I/O: unlike IOPS it hardly moves with what else runs on these CPUs.
 - Readers sharing a process. Where readers share a worker process they share its interpreter
   lock, and every read's release of it wakes the other reader: on these 2 CPUs 4 readers in 2
-  processes (the default until 2026-12-02) took 2.24 us of CPU per 4 KiB read on tmpfs where 4
-  processes took 1.88 (fio 1.98; 6 rounds side by side, 00:39 UTC), and read at 0.90 of fio's
-  IOPS against 1.01. So `workers: 0` is now one process per reader, as fio's jobs, beyond the
-  CPUs too (the kernel shares them out in time slices); the `a process per CPU` column is the
-  old split.
+  processes (the default until 2026-12-02) took 2.24, 2.25, 2.14 and 1.57 us of CPU per 4 KiB
+  read on tmpfs where 4 processes took 1.88, 2.10, 2.15 and 1.54 (four runs side by side,
+  2026-12-02 00:38-01:06 UTC, load 2.5-25), and read at 0.80-0.91 of fio's IOPS against
+  0.81-1.01: never worse, at times better. So `workers: 0` is now one process per reader, as
+  fio's jobs, beyond the CPUs too (the kernel shares them out in time slices); the `a process
+  per CPU` column is the old split.
+- pread against preadv. fio's psync engine calls pread; the script calls os.preadv (os.pread
+  would allocate a new, unaligned buffer per read, which O_DIRECT on a disk refuses). By hand
+  (one thread, 400,000 reads on tmpfs, getrusage): os.preadv 0.21 us user + 0.97 us system per
+  read, os.pread 0.23 + 0.87; fio --ioengine=pvsync (preadv) spends about 0.2 us more system
+  time per read than psync: the kernel's single-buffer path is the cheaper one.
 - The window. The 4 KiB phase ends when a reader has done 20000 reads (the others stop with it,
   as fio's jobs run for the same time), so on tmpfs it lasts 0.1-0.2 s (the `4 KiB phase` line)
   where fio runs for --fio-runtime. The readers open their files and draw their offsets before

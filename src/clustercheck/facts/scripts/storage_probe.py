@@ -271,8 +271,9 @@ def percentiles(groups: "list[tuple[float, list[float]]]", ps: "list[float]") ->
 DRAWN = 1 << 15
 #: Worker processes for `workers: 0`: one per reader, as fio's jobs, even beyond the CPUs. Two
 #: readers that share a process share its interpreter lock, and each read's release of it wakes
-#: the other: on 2 CPUs, 4 readers in 2 processes took 2.24 us of CPU per 4 KiB read on tmpfs,
-#: in 4 processes 1.88 (fio's 4 jobs 1.98), where the kernel shares the CPUs out in time slices.
+#: the other: on 2 CPUs, 4 readers on tmpfs took 2.24/2.25/2.14/1.57 us of CPU per 4 KiB read in
+#: 2 processes against 1.88/2.10/2.15/1.54 in 4 (four runs side by side; IOPS 0.80-0.91 of fio's
+#: against 0.81-1.01), where the kernel shares the CPUs out in time slices. Never worse, at times better.
 MAX_WORKERS = 64
 
 
