@@ -5,10 +5,11 @@ the Python scan only looks at lines that hold one of the lean line kinds (`_RARE
 channel lines (`via NET/`, `via SHM`) that are not common ones (`_COMMON`: IB with GPUDirect RDMA,
 no proxy), which it only counts. Here, in the C locale and side by side: `grep -a -n -b -F`
 prints the candidates of the lean kinds, and another the channel lines, with their line numbers
-and byte offsets, which pass (counted on the way, `_Pump`) into `grep -v -E COMMON_ERE`, so only
-the lines that change the verdict reach Python. Python runs the very same code (scan._Collector)
-on them, with the real line numbers, and counts the common lines the filter left out. So the
-Partials, and everything judged from them, are the pure-Python path's.
+and byte offsets, which pass (`_Pump`) into `grep -v -n -E COMMON_ERE`, so only the lines that
+change the verdict reach Python; the filter numbers the lines it reads, and its number for the line
+the pump adds after them (`SENTINEL`) says how many channel lines grep printed. Python runs the very
+same code (scan._Collector) on the lines, with the real line numbers, and counts the common lines
+the filter left out. So the Partials, and everything judged from them, are the pure-Python path's.
 
 Where this cannot promise that, the caller scans in Python (`Unsuitable`): no GNU grep, a line
 longer than a block (the Python reader's overlong-line rule depends on how reads fall), a file
@@ -388,10 +389,11 @@ def _start(grep: str, path: str, fd: int, x: int, strings: tuple[str, ...]) -> s
 
 
 def _start_filter(grep: str) -> subprocess.Popen[bytes]:
-    """`grep -a -v -E COMMON_ERE`: the printed channel lines (headers kept) but the common ones."""
+    """`grep -a -v -n -E COMMON_ERE`: the printed channel lines (headers kept, each after the number of
+    its line in what the filter read) but the common ones."""
     try:
         return subprocess.Popen(
-            [grep, "-a", "-v", "-E", "-e", COMMON_ERE],
+            [grep, "-a", "-v", "-n", "-E", "-e", COMMON_ERE],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -401,17 +403,21 @@ def _start_filter(grep: str) -> subprocess.Popen[bytes]:
         raise Unsuitable(f"grep did not start: {e}") from e
 
 
+#: What the pump writes after the channel lines: a line no grep prints (line 0), never a common one.
+SENTINEL = b"0:0:via SHM\n"
+
+
 class _Pump:
-    """Passes the channel lines grep printed on to the grep that leaves out the common ones, and
-    counts them (the common ones are those it printed and the filter did not); notes the header of
-    the first common line and of the last line (its number and offset, relative to where grep began)."""
+    """Passes the channel lines grep printed on to the grep that leaves out the common ones, then
+    SENTINEL (the filter's number for it, less one, is how many lines grep printed: the common ones
+    are those it printed and the filter did not); notes the header of the first common line and of
+    the last line (its number and offset, relative to where grep began)."""
 
     def __init__(self, src: IO[bytes], dst: IO[bytes]) -> None:
         self.src, self.dst = src.fileno(), dst
         for fd in (self.src, dst.fileno()):  # fewer, larger reads and writes (Linux)
             with contextlib.suppress(OSError, AttributeError):
                 fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
-        self.lines = 0
         self.first: tuple[int, int] | None = None  # (line, offset) of the first common line
         self.last: tuple[int, int] | None = None  # (line, where it ends) of the last line
         self.error: BaseException | None = None
@@ -430,7 +436,6 @@ class _Pump:
                     break
                 read += len(chunk)
                 previous, data = data, chunk
-                self.lines += chunk.count(b"\n")
                 if self.first is None:
                     buf = carry + chunk
                     cut = buf.rfind(b"\n") + 1
@@ -440,10 +445,8 @@ class _Pump:
                     else:
                         number, offset, _ = _header(buf, buf.rfind(b"\n", 0, m.start()) + 1)
                         self.first, carry = (number, offset), b""
-                with memoryview(chunk) as view:
-                    sent = 0
-                    while sent < len(chunk):
-                        sent += os.write(out, view[sent:])
+                self._write(out, chunk)
+            self._write(out, SENTINEL if not data or data.endswith(b"\n") else b"\n" + SENTINEL)
             tail = previous + data
             at = tail.rfind(b"\n", 0, len(tail) - 1) + 1
             if tail and (at > 0 or read == len(tail)):  # else a last line longer than two reads: unknown
@@ -454,6 +457,13 @@ class _Pump:
         finally:
             with contextlib.suppress(OSError):
                 self.dst.close()
+
+    @staticmethod
+    def _write(fd: int, chunk: bytes) -> None:
+        with memoryview(chunk) as view:
+            sent = 0
+            while sent < len(chunk):
+                sent += os.write(fd, view[sent:])
 
 
 class _RareFeeder:
@@ -491,6 +501,7 @@ class _LeanFeeder:
         self.lean, self.si, self.x, self.base = lean, 0, x, base
         self.count = 0  # lines fed
         self.last = (base, x)
+        self.printed: int | None = None  # the lines grep printed, once the filter passed SENTINEL on
 
     def feed(self, data: bytes) -> None:
         at, n = 0, len(data)
@@ -499,7 +510,12 @@ class _LeanFeeder:
             nl = data.find(b"\n", at)
             if nl < 0:
                 nl = n
-            number, offset, text = _header(data, at)
+            read = data.index(b":", at)  # the filter's number for the line
+            number, offset, text = _header(data, read + 1)
+            if number == 0:  # SENTINEL, after every line grep printed
+                self.printed = int(data[at:read]) - 1
+                at = nl + 1
+                continue
             while self.si < len(lean) and x + offset >= lean[self.si].stop:
                 self.si += 1
             if self.si >= len(lean):
@@ -514,7 +530,9 @@ def _add_common(lean: list[_Stretch], pump: _Pump, fed: _LeanFeeder, x: int, bas
     """The common lines (printed by grep, left out by the filter) counted under COMMON_KEY, in the
     stretch and at the place of their first line (before a later line of another kind with the same
     key: IB with a proxy), unless the exact start holds the key already (its place and line stand)."""
-    common = pump.lines - fed.count
+    if fed.printed is None:
+        raise GrepFailed("the filter of grep's channel lines did not pass on the last one")
+    common = fed.printed - fed.count
     if common <= 0:
         return
     if any(cls == "NET/IB/GDRDMA" for _, cls, _ in head.collector.out.channels):
