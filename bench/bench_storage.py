@@ -302,12 +302,12 @@ lines). What separates the two tools there:
   runs). fio runs its jobs as threads (--thread), in its one session.
 - CPU time per 4 KiB read. fio spends about 1.6-2.2 us (the figure above, nearly all of it the
   kernel's). The script's random loop (rand_reads in storage_probe.py) reads most chunks of 64
-  reads with one `map(os.preadv, ...)` call into its page-aligned buffer, at offsets drawn before
+  reads with one `map(os.pread, ...)` call (see below), at offsets drawn before
   the phase, and reads the clock once per chunk; p50/p99 come from whole chunks timed read by read
   (every chunk after one whose reads took 20 us or more on average, so a disk keeps every read;
   else 1 chunk in 8, each sample weighed by the reads it stands for). Timed side by side in one
-  process (thread CPU time, 16 alternations of 20,000 reads on tmpfs, 2026-12-02 00:27 UTC):
-  1.93 us per read against 2.14 us for the loop before it (a clock reading and an append per
+  process (thread CPU time, 16 alternations of 20,000 reads on tmpfs, 2026-12-02 00:27 UTC), both
+  with os.preadv: 1.93 us per read against 2.14 us for the loop before it (a clock reading and an append per
   read; 2.26 us and, before that, 2.79 us in the 2026-12-01 runs), with the same p50/p99
   (0.002/0.004 ms), and 1.8-1.9 us for os.preadv alone in a bare loop. The table's `CPU us/read`
   row is the script's random readers' own thread CPU time over their reads (`cpu_s`), beside
@@ -320,11 +320,16 @@ lines). What separates the two tools there:
   0.81-1.01: never worse, at times better. So `workers: 0` is now one process per reader, as
   fio's jobs, beyond the CPUs too (the kernel shares them out in time slices); the `a process
   per CPU` column is the old split.
-- pread against preadv. fio's psync engine calls pread; the script calls os.preadv (os.pread
-  would allocate a new, unaligned buffer per read, which O_DIRECT on a disk refuses). By hand
-  (one thread, 400,000 reads on tmpfs, getrusage): os.preadv 0.21 us user + 0.97 us system per
-  read, os.pread 0.23 + 0.87; fio --ioengine=pvsync (preadv) spends about 0.2 us more system
-  time per read than psync: the kernel's single-buffer path is the cheaper one.
+- pread against preadv. fio's psync engine calls pread. By hand (one thread, 400,000 reads on
+  tmpfs, getrusage): os.preadv 0.21 us user + 0.97 us system per read, os.pread 0.23 + 0.87;
+  fio --ioengine=pvsync (preadv) spent about 0.2 us more system time per read than psync: the
+  kernel's one-buffer path is the cheaper one. os.pread allocates a new buffer per read, of no
+  particular alignment, which O_DIRECT on a disk refuses (and a filesystem that falls back to
+  buffered reads for it would read the page cache), so the script's random readers call
+  os.pread only where alignment does not matter (files in memory: tmpfs, ramfs; or read without
+  O_DIRECT) and os.preadv into their page-aligned buffer elsewhere (`random_read` in its output).
+  Side by side on tmpfs (6 rounds, 01:12 UTC): 1.77 us of CPU per 4 KiB read against 1.96 for
+  the script before (its preadv loop in 2 processes), fio 1.79.
 - The window. The 4 KiB phase ends when a reader has done 20000 reads (the others stop with it,
   as fio's jobs run for the same time), so on tmpfs it lasts 0.1-0.2 s (the `4 KiB phase` line)
   where fio runs for --fio-runtime. The readers open their files and draw their offsets before

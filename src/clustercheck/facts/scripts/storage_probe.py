@@ -440,7 +440,7 @@ def rand_reads(
     page cache where O_DIRECT is not used).
 
     Where reads are fast (tmpfs, a page-cache hit) the loop's own cost per read is what caps IOPS,
-    so most chunks are read by one `map(os.preadv, ...)` call, with the clock read only after the
+    so most chunks are read by one `map(os.pread, ...)` call, with the clock read only after the
     chunk, and the latencies come from whole chunks timed read by read:
     - a read's latency is the time from the clock reading just before it to the one just after
       it: the pread call and a fraction of a microsecond of the loop (fio's clat is the time
