@@ -455,7 +455,7 @@ def rand_reads(
     So p50/p99 are those of every read where reads are slow, and of about 1 read in SAMPLE, in
     whole chunks spread over the phase, where they are fast (at least max_ops x readers /
     SAMPLE samples there: fast readers reach max_ops). On tmpfs (2 CPUs, 5 rounds side by side,
-    1 or 4 readers) p50 read 0.002 ms either way, p99 0.007-0.008 ms against 0.004-0.006 with
+    1 or 4 readers) p50 read 0.002 ms either way, p99 0.007-0.009 ms against 0.004-0.006 with
     every chunk timed, whether all its samples were kept or 1 chunk in 8 (fio's 0.0025): a
     timed chunk's reads have a heavier tail among chunks read by map than among timed ones,
     not at its start (leaving its first 4 reads untimed did not lower it). Where reads take
