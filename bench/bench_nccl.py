@@ -405,15 +405,17 @@ Command: `{python} bench/bench_nccl.py {size_arg}`
 
 - A run is a fixed part plus a cost per GB (both in the notes above). The fixed part is the
   interpreter's start and the imports (nccl-log with plain arguments does not import Typer), the
-  exact start of the log (its first {EXACT:,} channel lines attributed to their hosts one by one,
-  read in Python) and parsing every rank's init lines once (a line that repeats one of the same
-  host's, as every rank of a node prints them, is counted for the host, not parsed again): for
-  this 1,024-rank job a few tenths of a second, which grep does not have; at 300 MB it is most of
-  the run.
+  exact start of the log (its first {EXACT:,} channel lines attributed to their hosts, read in
+  Python: where a block holds only plain channel lines, the regex engine finds and counts them and
+  each distinct prefix and tail is looked at once; other blocks line by line) and parsing every
+  rank's init lines once (a line that repeats one of the same host's, as every rank of a node
+  prints them, is counted for the host, not parsed again): for this 1,024-rank job a few tenths of
+  a second, which grep does not have; at 300 MB it is most of the run.
 - Past the exact start three GNU greps read the file beside the Python process (analyzers/nccl_log/
   grep.py): `grep -a -n -b -F` for the candidates of the line kinds that decide the verdict, and
   `grep -a -n -b -F -e 'via NET/' -e 'via SHM'` for the channel lines, whose output Python passes
-  on (counting its lines) to `grep -a -v -E 'via NET/IB/[0-9]+/GDRDMA$'`. So Python reads only the
+  on, with one line of its own after it, to `grep -a -v -n -E 'via NET/IB/[0-9]+/GDRDMA$'` (the
+  filter's number for that last line says how many lines it read). So Python reads only the
   channel lines that change the verdict (no GPUDirect RDMA, another network, a proxy, shared
   memory) and counts the rest, the IB channels with GPUDirect RDMA that are almost every line of a
   healthy job. The pure-Python scan applies the same rule to each line, so the report is the same
@@ -431,6 +433,11 @@ Command: `{python} bench/bench_nccl.py {size_arg}`
 - Where GNU grep is not on PATH (or `CLUSTERCHECK_NCCL_GREP=0`), or a line is longer than a block,
   the pure-Python scan reads the file (the notes give its time); a grep that fails is said on
   stderr and the file is read again in Python, never a partial result.
+- On two CPUs the wall time is at least the CPU time of all the processes (the CPU s column)
+  halved, plus the start-up that only one CPU can use: at 300 MB the greps cost about two and a
+  half `grep -c` passes (two reads of the file, and the filter), the Python process about two more
+  (start-up and imports about 0.1 s, the exact start, its threads), so even with every CPU busy all
+  the time a run there is not much under 2.5x grep's wall time.
 - The machine's CPUs are shared with other work: with a load above their number every process
   waits for a CPU, and a run of four processes loses more than `grep -c`'s one (the Machine line).
 """
