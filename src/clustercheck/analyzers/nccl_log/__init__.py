@@ -24,8 +24,9 @@ engine find the few line kinds that decide the verdict (network selection, devic
 WARN lines, version, communicator sizes); only those are decoded and parsed, identical lines
 (every rank prints the same init lines for every communicator) are parsed once, and so is an
 INFO line that repeats one of the same host's (every rank of a node prints the same ones).
-Channel lines, the bulk of a large log, are attributed to their host line by line for the first
-``knobs.EXACT_CHANNELS`` of every input; beyond that the common ones (IB with GPUDirect RDMA, no
+Channel lines, the bulk of a large log, are attributed to their host one by one for the first
+``knobs.EXACT_CHANNELS`` of every input (a block of plain channel lines found, keyed and counted by
+the regex engine, each distinct prefix and tail looked at once); beyond that the common ones (IB with GPUDirect RDMA, no
 proxy: `grammar._COMMON`) are only counted, and every other one (no GPUDirect RDMA, another
 network, a proxy, shared memory) is read on its own. Memory stays constant: one block, bounded
 caches, and per-host state bounded by the number of hosts. Large files are cut into stretches at
