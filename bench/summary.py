@@ -177,13 +177,19 @@ def storage_rows(results: str) -> list[Row]:
         if "clustercheck, 1 process" not in header:
             continue
         folder = (re.findall(r"^### (.+?)\s*$", text[:offset], re.M) or ["?"])[-1]
-        each = header.index("a process per reader / fio") if "a process per reader / fio" in header else None
+        # the third column: a process per reader where the default gave fewer, else a process per CPU
+        column = next((c for c in ("a process per reader", "a process per CPU") if f"{c} / fio" in header), None)
+        each = header.index(f"{column} / fio") if column else None
+        said = {
+            "a process per reader": "a process per reader (as many as fio's jobs)",
+            "a process per CPU": "a process per CPU (readers sharing one)",
+        }
         for cells in body:
-            if each is not None and cells[0] == "rand 4 KiB IOPS" and len(cells) > each and cells[each]:
+            if column and each is not None and cells[0] == "rand 4 KiB IOPS" and len(cells) > each and cells[each]:
                 rows.append(
                     Row(
                         "storage",
-                        f"rand 4 KiB IOPS, a process per reader (as many as fio's jobs) over fio ({folder})",
+                        f"rand 4 KiB IOPS, {said[column]} over fio ({folder})",
                         f"{cells[each]}x ({cells[3]} vs fio {cells[4]} IOPS)",
                         "(reported, no target)",
                         when,
