@@ -1128,17 +1128,22 @@ def test_grep_path_reads_a_log_growing_by_channel_lines_up_to_the_size_it_had(
     assert fared and "grew by channel lines" in fared[0]
 
 
-def test_jobs_do_not_change_the_grep_paths_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """--jobs 2 gave another report than --jobs 1 through grep when the exact start reached past the
-    first of the stretches (a file's eighth): it was cut short there. The greps read the whole file
-    either way, so the grep path reads one stretch whatever --jobs says."""
+@pytest.mark.parametrize("use_grep", [True, False])
+def test_jobs_do_not_change_the_report(use_grep: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--jobs 2 gave another report than --jobs 1 when the exact start reached past the first of the
+    stretches (a file's eighth): it was cut short there. The greps read the whole file either way,
+    so the grep path reads one stretch whatever --jobs says; the Python processes take the exact
+    start whole as their first stretch (where one process reading the file would end it)."""
     path = _big_log(tmp_path, hosts=8, rounds=2)
-    for name, value in (("GREP_MIN", 0), ("PARALLEL_MIN", 0), ("BLOCK", 4096), ("GREP", True)):
+    for name, value in (("GREP_MIN", 0), ("PARALLEL_MIN", 0), ("BLOCK", 4096), ("GREP", use_grep)):
         monkeypatch.setattr(nccl_log.knobs, name, value)
     channels = path.read_bytes().count(b" via ")
-    monkeypatch.setattr(nccl_log.knobs, "EXACT_CHANNELS", channels // 2)  # past the first eighth
-    said = [json.dumps({**r.to_json(), "lines": r.lines}) for r in (analyze_paths([path], jobs=j) for j in (1, 2))]
-    assert said[0] == said[1]
+    for exact in (channels // 2, 0, 7):  # past the first eighth; none; a few
+        monkeypatch.setattr(nccl_log.knobs, "EXACT_CHANNELS", exact)
+        said = [
+            json.dumps({**r.to_json(), "lines": r.lines}) for r in (analyze_paths([path], jobs=j) for j in (1, 2, 3))
+        ]
+        assert said[0] == said[1] == said[2], exact
 
 
 def test_lean_channel_lines_of_every_kind_agree_with_the_exact_scan(

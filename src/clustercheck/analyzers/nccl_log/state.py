@@ -46,11 +46,27 @@ from clustercheck.analyzers.nccl_log.rules import LogReport, judge
 from clustercheck.analyzers.nccl_log.scan import Partial, _fork_available, _scan_range, _scan_stream
 
 
-def _tasks(size: int, jobs: int) -> list[tuple[int, int, bool]]:
-    """The stretches a large file is cut into for `jobs` processes: (start, end, first)."""
-    pieces = max(jobs * 4, size // (64 << 20))
-    step = -(-size // pieces)
-    return [(start, min(size, start + step), start == 0) for start in range(0, size, step)]
+def _tasks(size: int, jobs: int, head: int = 0) -> list[tuple[int, int, bool]]:
+    """The stretches a large file is cut into for `jobs` processes: (start, end, first). `head`: the
+    bytes of the exact start, the first stretch whole (as one process reads it), the rest cut after."""
+    pieces = max(jobs * 4, (size - head) // (64 << 20))
+    step = max(1, -(-(size - head) // pieces))
+    rest = [(start, min(size, start + step), start == 0) for start in range(head, size, step)]
+    return ([(0, head, True)] if head else []) + rest
+
+
+def _exact_head(stream: IO[bytes], size: int) -> int | None:
+    """Where a file's exact start ends, as one process reading it from the start would end it (the
+    end of the block in which EXACT_CHANNELS channel lines were counted); None where a line is
+    longer than a block (the single scan's overlong rule then decides the blocks)."""
+    from clustercheck.analyzers.nccl_log.grep import Unsuitable, _Pread, cuts, exact_start
+
+    mm = _Pread(stream.fileno(), size)
+    try:
+        ends, whole = exact_start(cuts(mm, 0, size), mm, 0, knobs.EXACT_CHANNELS)
+    except Unsuitable:
+        return None
+    return size if whole else (ends[-1] if ends else 0)
 
 
 def _grep_wanted() -> bool:
@@ -116,7 +132,11 @@ class Scanner:
                 for part in parts:
                     self.add(part)
                 return
-        if not parallel:
+        head = None
+        if parallel:  # the exact start is one stretch, as one process reads it: the same report
+            with open(path, "rb", buffering=0) as stream:
+                head = _exact_head(stream, size)
+        if head is None or head >= size:
             self.job.sources.append(path)
             with open(path, "rb", buffering=0) as stream:  # a log still written: up to the size it had
                 self.add(_scan_stream(stream, path, size))
@@ -126,7 +146,7 @@ class Scanner:
         self.job.sources.append(path)
         offset = 0
         with multiprocessing.get_context("fork").Pool(jobs) as pool:
-            for part in pool.imap(_scan_range, [(path, *task) for task in _tasks(size, jobs)]):
+            for part in pool.imap(_scan_range, [(path, *task) for task in _tasks(size, jobs, head)]):
                 self.add(part, offset)
                 offset += part.lines
 
