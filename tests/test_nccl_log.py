@@ -1129,21 +1129,35 @@ def test_grep_path_reads_a_log_growing_by_channel_lines_up_to_the_size_it_had(
 
 
 @pytest.mark.parametrize("use_grep", [True, False])
-def test_jobs_do_not_change_the_report(use_grep: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jobs_do_not_change_the_report(use_grep: bool, tmp_path: Path) -> None:
     """--jobs 2 gave another report than --jobs 1 when the exact start reached past the first of the
     stretches (a file's eighth): it was cut short there. The greps read the whole file either way,
     so the grep path reads one stretch whatever --jobs says; the Python processes take the exact
-    start whole as their first stretch (where one process reading the file would end it)."""
+    start whole as their first stretch (where one process reading the file would end it). Run in a
+    process of its own, as the CLI runs it: its worker processes are forked from it."""
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
     path = _big_log(tmp_path, hosts=8, rounds=2)
-    for name, value in (("GREP_MIN", 0), ("PARALLEL_MIN", 0), ("BLOCK", 4096), ("GREP", use_grep)):
-        monkeypatch.setattr(nccl_log.knobs, name, value)
-    channels = path.read_bytes().count(b" via ")
-    for exact in (channels // 2, 0, 7):  # past the first eighth; none; a few
-        monkeypatch.setattr(nccl_log.knobs, "EXACT_CHANNELS", exact)
-        said = [
-            json.dumps({**r.to_json(), "lines": r.lines}) for r in (analyze_paths([path], jobs=j) for j in (1, 2, 3))
-        ]
-        assert said[0] == said[1] == said[2], exact
+    code = f"""
+import json, signal, sys
+from clustercheck.analyzers import nccl_log
+from clustercheck.analyzers.nccl_log import analyze_paths
+signal.signal(signal.SIGTERM, lambda *_: None)  # a caller's handler that does not exit (a sweep's)
+for name, value in (("GREP_MIN", 0), ("PARALLEL_MIN", 0), ("BLOCK", 4096), ("GREP", {use_grep})):
+    setattr(nccl_log.knobs, name, value)
+channels = open({str(path)!r}, "rb").read().count(b" via ")
+for exact in (channels // 2, 0, 7):  # past the first eighth; none; a few
+    nccl_log.knobs.EXACT_CHANNELS = exact
+    runs = (analyze_paths([{str(path)!r}], jobs=j) for j in (1, 2, 3))
+    said = [json.dumps({{**r.to_json(), "lines": r.lines}}) for r in runs]
+    assert said[0] == said[1] == said[2], exact
+print("same")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0 and proc.stdout.strip() == "same", proc.stderr[-2000:]
 
 
 def test_lean_channel_lines_of_every_kind_agree_with_the_exact_scan(

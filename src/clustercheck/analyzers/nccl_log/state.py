@@ -55,6 +55,14 @@ def _tasks(size: int, jobs: int, head: int = 0) -> list[tuple[int, int, bool]]:
     return ([(0, head, True)] if head else []) + rest
 
 
+def _default_signals() -> None:
+    """A scan worker's SIGTERM and SIGINT: the defaults, whatever its parent had installed."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _exact_head(stream: IO[bytes], size: int) -> int | None:
     """Where a file's exact start ends, as one process reading it from the start would end it (the
     end of the block in which EXACT_CHANNELS channel lines were counted); None where a line is
@@ -145,10 +153,20 @@ class Scanner:
 
         self.job.sources.append(path)
         offset = 0
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        # The workers end by the pool's own sentinel (close, join); terminate() is only for an error.
+        # Their SIGTERM and SIGINT are the defaults: a handler the caller installed (a sweep's, a
+        # test's) would otherwise make a worker ignore terminate(), and join() wait for ever.
+        pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_default_signals)
+        try:
             for part in pool.imap(_scan_range, [(path, *task) for task in _tasks(size, jobs, head)]):
                 self.add(part, offset)
                 offset += part.lines
+            pool.close()
+        except BaseException:
+            pool.terminate()
+            raise
+        finally:
+            pool.join()
 
     def _parse_early(self, part: Partial) -> None:
         """The lines of the file's exact start, parsed while the greps read the rest (add() skips them)."""
