@@ -45,9 +45,8 @@ def _typer(args: list[str]) -> int:
         print("Aborted!", file=sys.stderr)
         return 1
     except SystemExit as exc:  # click still exits for a closed stdout (EPIPE) and shell completion
-        if cli.reader_gone(exc):
-            cli.quiet_stdout()
-            return cli.READER_GONE
+        if cli.reader_gone(exc):  # the boundary's to answer, as for the fast paths
+            raise
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ExitCode.USAGE)
         return int(ExitCode.USAGE if code == 2 else code)
     return 0 if returned is None else int(returned)  # a command with nothing to say returns None

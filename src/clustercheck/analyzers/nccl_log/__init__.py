@@ -26,8 +26,8 @@ WARN lines, version, communicator sizes); only those are decoded and parsed, ide
 INFO line that repeats one of the same host's (every rank of a node prints the same ones).
 Channel lines, the bulk of a large log, are attributed to their host one by one for the first
 ``knobs.EXACT_CHANNELS`` of every input (a block of plain channel lines found, keyed and counted by
-the regex engine, each distinct prefix and tail looked at once); beyond that the common ones (IB with GPUDirect RDMA, no
-proxy: `grammar._COMMON`) are only counted, and every other one (no GPUDirect RDMA, another
+the regex engine, each distinct prefix and tail looked at once); beyond that the common ones (IB
+with GPUDirect RDMA, no proxy: `grammar._COMMON`) are only counted, and every other one (no GPUDirect RDMA, another
 network, a proxy, shared memory) is read on its own. Memory stays constant: one block, bounded
 caches, and per-host state bounded by the number of hosts. Large files are cut into stretches at
 line boundaries and scanned by several processes; the raw evidence of each stretch (a
