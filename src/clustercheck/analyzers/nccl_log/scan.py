@@ -118,7 +118,7 @@ class _Collector:
         self, buf: bytes | bytearray, end: int, first_line: int, pattern: re.Pattern[bytes], *, header: bool = False
     ) -> None:
         """Keep the lines `pattern` finds (_RARE_LINE, _RARE_LEAN_LINE: a match runs on to the end of its
-        line). `header`: every line starts with grep's `LINE:OFFSET:`, not kept.
+        line, so a line has one match). `header`: every line starts with grep's `LINE:OFFSET:`, not kept.
 
         A line kept already (pointers aside) is not kept again: every rank prints the same lines, often
         for every communicator. Nor is an INFO line whose parse does not depend on how often it comes
@@ -127,28 +127,22 @@ class _Collector:
         of a host prints the same init lines, its pid:tid before them. WARN lines, lines with two markers,
         channel lines and GPU Direct RDMA lines (the last of a host's counts) are always kept."""
         rfind, find, count = buf.rfind, buf.find, buf.count
-        seen, said, out, hosts = self._seen, self._said, self.out, self._hosts
-        records, repeats = out.records, out.repeats
-        line_no, last_line_start, last_stop = first_line, 0, -1
+        seen, said, hosts = self._seen, self._said, self._hosts
+        records, repeats = self.out.records, self.out.repeats
+        copy = not isinstance(buf, bytes)  # a slice of bytes is bytes; of a bytearray, one to copy
+        line_no, last_line_start = first_line, 0
         for m in pattern.finditer(buf, 0, end):
-            at = m.start()
-            if at <= last_stop:
-                continue  # a second kind on the same (spliced) line: no rescan of a long line
-            start = rfind(b"\n", 0, at) + 1
-            stop = last_stop = m.end()  # (the patterns run on to the end of the line)
+            at, stop = m.span()
+            line_start = start = rfind(b"\n", 0, at) + 1
             if header:
-                line_start, start = start, find(b":", find(b":", start) + 1) + 1
-            line = buf[start:stop]
-            if not isinstance(line, bytes):  # a slice of bytes is bytes; of a bytearray, one to copy
-                line = bytes(line)
+                start = find(b":", find(b":", start) + 1) + 1
+            line = bytes(buf[start:stop]) if copy else buf[start:stop]
             raw = _HEX.sub(b"", line) if b"0x" in line else line  # pointers and ids differ per communicator
             if raw in seen:
                 continue
             if len(seen) >= _SEEN_CAP:
                 seen.clear()
             seen.add(raw)
-            if not header:
-                line_start = start
             if stop - start > MAX_KEPT:  # keep the head of an overlong line, and say it was cut
                 line_no += count(b"\n", last_line_start, line_start)
                 last_line_start = line_start
@@ -156,8 +150,8 @@ class _Collector:
                 continue
             if len(records) >= _RECORDS_CAP:
                 continue
+            marker = at - start
             if line.count(b"NCCL ") == 1:  # the usual line: the match's marker is its only one
-                marker = at - start
                 single = line.startswith(b"NCCL INFO ", marker)
             else:
                 marker = line.find(b"NCCL INFO ")
@@ -166,15 +160,14 @@ class _Collector:
                 message = line[marker + 10 :]
                 if not message.startswith(_ALWAYS_KEPT) and b"GPU Direct RDMA" not in message:
                     raw_prefix = line[:marker]
-                    known = hosts.get(raw_prefix)
-                    if known is None:
-                        known = self._prefix(raw_prefix)
+                    known = hosts.get(raw_prefix) or self._prefix(raw_prefix)
                     if known[0] == "ok":
-                        key = (known[1], message)
+                        host = known[1]
+                        key = (host, message)
                         if key in said:
-                            entry = repeats.get(known[1])
+                            entry = repeats.get(host)
                             if entry is None:
-                                entry = repeats[known[1]] = [0, set()]
+                                entry = repeats[host] = [0, set()]
                             entry[0] += 1
                             if known[2] is not None:
                                 entry[1].add(known[2])
