@@ -5,6 +5,10 @@ What comes out is a `Partial` per stretch: raw evidence (the lines worth parsing
 first lines), picklable, interpreted and merged in order by state.Scanner. The sizes that steer
 this (BLOCK, MAX_LINE, EXACT_CHANNELS, PARALLEL_MIN) are attributes of nccl_log.knobs, read at
 each call, so a caller (or a test) sets them in one place.
+
+A per-line test for a substring of bytes is `find()`, not `in`: CPython (3.11) first tries the operand
+of `in` on bytes as an integer, raising and clearing a TypeError each time, which costs more than the
+search on a line.
 """
 
 from __future__ import annotations
@@ -137,7 +141,7 @@ class _Collector:
             if header:
                 start = find(b":", find(b":", start) + 1) + 1
             line = bytes(buf[start:stop]) if copy else buf[start:stop]
-            raw = _HEX.sub(b"", line) if b"0x" in line else line  # pointers and ids differ per communicator
+            raw = _HEX.sub(b"", line) if line.find(b"0x") >= 0 else line  # pointers and ids differ per communicator
             if raw in seen:
                 continue
             if len(seen) >= _SEEN_CAP:
@@ -155,10 +159,10 @@ class _Collector:
                 single = line.startswith(b"NCCL INFO ", marker)
             else:
                 marker = line.find(b"NCCL INFO ")
-                single = marker >= 0 and line.find(b"NCCL INFO ", marker + 10) < 0 and b"NCCL WARN " not in line
+                single = marker >= 0 and line.find(b"NCCL INFO ", marker + 10) < 0 and line.find(b"NCCL WARN ") < 0
             if single:
                 message = line[marker + 10 :]
-                if not message.startswith(_ALWAYS_KEPT) and b"GPU Direct RDMA" not in message:
+                if not message.startswith(_ALWAYS_KEPT) and message.find(b"GPU Direct RDMA") < 0:
                     raw_prefix = line[:marker]
                     known = hosts.get(raw_prefix) or self._prefix(raw_prefix)
                     if known[0] == "ok":
@@ -215,7 +219,7 @@ class _Collector:
         prefixes, classes = self._prefixes, self._classes
         channels, tails = self.out.channels, self.out.tails
         for i, line in enumerate(buf[:end].split(b"\n")):
-            if b" via " not in line:
+            if line.find(b" via ") < 0:
                 continue
             at = line.find(b"NCCL INFO ")
             if at < 0:
@@ -278,7 +282,7 @@ class _Collector:
         new: dict[bytes, str | None] = {}
         hosts: dict[bytes, str | None] = {}  # the line's text before its marker, backwards -> its host
         for before in dict.fromkeys(reversed(befores)):  # in the order of their first lines
-            if b"LCCN" in before:
+            if before.find(b"LCCN") >= 0:
                 return False  # a second marker on the line
             prefix = before[::-1]
             host = prefixes.get(prefix, _UNSET)
@@ -295,7 +299,7 @@ class _Collector:
         names: dict[bytes, str | None] = {}  # tail -> its class name, None where it has none
         nets: dict[bytes, tuple[str, NetTail | None] | tuple[()]] = {}  # tail -> its class
         for tail in dict.fromkeys(tails):
-            if b"NCCL" in tail:
+            if tail.find(b"NCCL") >= 0:
                 return False
             cls = classes.get(tail)
             if cls is None:
