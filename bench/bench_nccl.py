@@ -249,6 +249,10 @@ MEMORY_TARGET_MB = 100.0
 
 
 def main() -> int:
+    # The children write bytecode as an installed package has it (pip compiles at install time): a
+    # sandbox's PYTHONDONTWRITEBYTECODE=1 made every timed run compile clustercheck's modules anew
+    # (~50 ms of the nccl-log package, counted against grep).
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--sizes",
