@@ -40,6 +40,13 @@ _HELD = 8 << 20
 #: Bytes of output handed to the collectors at a time.
 _TAKE = 2 << 20
 _LINE_NO = re.compile(rb"^([0-9]+):", re.MULTILINE)
+#: What the channel grep prints a line for (VIA_STRINGS).
+_VIA_TEXT = re.compile(rb"via (?:NET/|SHM)")
+#: The greps start reading at a multiple of this below the exact start's end (and leave out what
+#: they print before it): read() from a file offset a few bytes short of a page's end cost a grep
+#: 73 us a call against 20 us from a page's start (strace -c, 96 KiB reads, Linux 6.18), 0.1-0.2 s
+#: of system time a grep on the 320 MB bench log.
+_ALIGN = 4096
 
 
 class Unsuitable(Exception):
@@ -280,19 +287,21 @@ def scan_file(
     if not lean:
         raise Unsuitable("the exact start is the whole file")
     x = lean[0].lean_start  # where the lean scan starts
+    g = x - x % _ALIGN  # where the greps start reading (the lines they print before x are left out)
+    early = mm.read(g, x)
     procs: list[subprocess.Popen[bytes]] = []
     outputs: list[_Output] = []
     pump: _Pump | None = None
     cond = threading.Condition()
     try:
-        procs.append(_start(grep, path, fd, x, RARE_STRINGS))
+        procs.append(_start(grep, path, fd, g, RARE_STRINGS))
         outputs.append(_Output(procs[-1], cond))
-        procs.append(_start(grep, path, fd, x, VIA_STRINGS))
+        procs.append(_start(grep, path, fd, g, VIA_STRINGS))
         procs.append(_start_filter(grep))
         outputs.append(_Output(procs[-1], cond))
         via_out, common_in = procs[1].stdout, procs[2].stdin
         assert via_out is not None and common_in is not None
-        pump = _Pump(via_out, common_in)
+        pump = _Pump(via_out, common_in, x - g)
         for s in stretches:  # every block holds a newline (or the Python scan reads the file)
             s.check()
         head = stretches[0]
@@ -311,8 +320,9 @@ def scan_file(
                 raise Unsuitable("the exact start was read differently")
             if exact_read is not None:
                 exact_read(head.collector.out)
-        base = line - 1  # lines before x
-        rare, via = _RareFeeder(lean, x, base), _LeanFeeder(lean, x, base)
+        before = (line - 1, x)  # (the lines before x, x)
+        base = line - 1 - early.count(b"\n")  # what grep's numbers for its lines (from g on) add to
+        rare, via = _RareFeeder(lean, g, base, before), _LeanFeeder(lean, g, base, before)
         while True:
             with cond:
                 while not any(o.ready() for o in outputs) and not all(o.done for o in outputs):
@@ -335,12 +345,13 @@ def scan_file(
                 raise GrepFailed(f"grep on {path} failed ({what}): {err.decode(errors='replace').strip()}")
         if os.fstat(fd).st_size < size:  # a log that grows is read up to the size it had
             raise GrepFailed(f"{path} was cut short while it was read")
-        if pump.last is not None and x + pump.last[1] > size:
+        if pump.last is not None and g + pump.last[1] > size:
             raise Unsuitable(f"{path} grew by channel lines while grep read it")  # read up to its size in Python
-        _add_common(lean, pump, via, x, base, head)
-        known = [rare.last, via.last, (base, x)]
+        printed_early = sum(1 for t in early.split(b"\n")[:-1] if _VIA_TEXT.search(t))
+        _add_common(lean, pump, via, g, base, head, printed_early)
+        known = [rare.last, via.last]
         if pump.last is not None:
-            known.append((base + pump.last[0], x + pump.last[1]))
+            known.append((base + pump.last[0], g + pump.last[1]))
         last_line, last_end = max(known, key=lambda t: t[1])
         total = last_line + _count_lines(mm, last_end, size)
     except BaseException:
@@ -411,10 +422,11 @@ class _Pump:
     """Passes the channel lines grep printed on to the grep that leaves out the common ones, then
     SENTINEL (the filter's number for it, less one, is how many lines grep printed: the common ones
     are those it printed and the filter did not); notes the header of the first common line and of
-    the last line (its number and offset, relative to where grep began)."""
+    the last line (its number and offset, relative to where grep began). A common line that starts
+    before `skip` (the exact start's) is not the first."""
 
-    def __init__(self, src: IO[bytes], dst: IO[bytes]) -> None:
-        self.src, self.dst = src.fileno(), dst
+    def __init__(self, src: IO[bytes], dst: IO[bytes], skip: int) -> None:
+        self.src, self.dst, self.skip = src.fileno(), dst, skip
         for fd in (self.src, dst.fileno()):  # fewer, larger reads and writes (Linux)
             with contextlib.suppress(OSError, AttributeError):
                 fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
@@ -439,12 +451,15 @@ class _Pump:
                 if self.first is None:
                     buf = carry + chunk
                     cut = buf.rfind(b"\n") + 1
-                    m = _COMMON.search(buf, 0, cut)
-                    if m is None:
-                        carry = buf[cut:]
-                    else:
+                    pos = 0
+                    while (m := _COMMON.search(buf, pos, cut)) is not None:
                         number, offset, _ = _header(buf, buf.rfind(b"\n", 0, m.start()) + 1)
-                        self.first, carry = (number, offset), b""
+                        if offset >= self.skip:
+                            self.first, carry = (number, offset), b""
+                            break
+                        pos = m.end()
+                    else:
+                        carry = buf[cut:]
                 self._write(out, chunk)
             self._write(out, SENTINEL if not data or data.endswith(b"\n") else b"\n" + SENTINEL)
             tail = previous + data
@@ -470,12 +485,17 @@ class _RareFeeder:
     """The candidate lines of the lean kinds -> each stretch's collector (scan._Collector._rare);
     their order is all that matters, not the blocks."""
 
-    def __init__(self, lean: list[_Stretch], x: int, base: int) -> None:
-        self.lean, self.si, self.x, self.base = lean, 0, x, base
-        self.last = (base, x)  # the last printed line: (its number, where it ends)
+    def __init__(self, lean: list[_Stretch], g: int, base: int, start: tuple[int, int]) -> None:
+        self.lean, self.si, self.x, self.base = lean, 0, g, base
+        self.skip = start[1] - g  # the lines grep printed that start before it: the exact start's
+        self.last = start  # the last printed line: (its number, where it ends)
 
     def feed(self, data: bytes) -> None:
         at, n = 0, len(data)
+        if self.skip:
+            at = _split_at(data, 0, self.skip)
+            if at < n:
+                self.skip = 0
         while at < n:
             if self.si >= len(self.lean):
                 return  # lines written to the file after this scan took its size: not read
@@ -497,10 +517,11 @@ class _LeanFeeder:
     """The channel lines that are not common ones -> the collector of their stretch
     (scan._Collector.lean_line), one by one with their line numbers."""
 
-    def __init__(self, lean: list[_Stretch], x: int, base: int) -> None:
-        self.lean, self.si, self.x, self.base = lean, 0, x, base
+    def __init__(self, lean: list[_Stretch], g: int, base: int, start: tuple[int, int]) -> None:
+        self.lean, self.si, self.x, self.base = lean, 0, g, base
+        self.skip = start[1] - g  # the lines grep printed that start before it: the exact start's
         self.count = 0  # lines fed
-        self.last = (base, x)
+        self.last = start
         self.printed: int | None = None  # the lines grep printed, once the filter passed SENTINEL on
 
     def feed(self, data: bytes) -> None:
@@ -516,6 +537,9 @@ class _LeanFeeder:
                 self.printed = int(data[at:read]) - 1
                 at = nl + 1
                 continue
+            if offset < self.skip:
+                at = nl + 1
+                continue
             while self.si < len(lean) and x + offset >= lean[self.si].stop:
                 self.si += 1
             if self.si >= len(lean):
@@ -526,13 +550,16 @@ class _LeanFeeder:
             at = nl + 1
 
 
-def _add_common(lean: list[_Stretch], pump: _Pump, fed: _LeanFeeder, x: int, base: int, head: _Stretch) -> None:
-    """The common lines (printed by grep, left out by the filter) counted under COMMON_KEY, in the
-    stretch and at the place of their first line (before a later line of another kind with the same
-    key: IB with a proxy), unless the exact start holds the key already (its place and line stand)."""
+def _add_common(
+    lean: list[_Stretch], pump: _Pump, fed: _LeanFeeder, g: int, base: int, head: _Stretch, early: int
+) -> None:
+    """The common lines (printed by grep, left out by the filter, but the `early` ones grep printed
+    before the exact start's end) counted under COMMON_KEY, in the stretch and at the place of their
+    first line (before a later line of another kind with the same key: IB with a proxy), unless the
+    exact start holds the key already (its place and line stand)."""
     if fed.printed is None:
         raise GrepFailed("the filter of grep's channel lines did not pass on the last one")
-    common = fed.printed - fed.count
+    common = fed.printed - fed.count - early
     if common <= 0:
         return
     if any(cls == "NET/IB/GDRDMA" for _, cls, _ in head.collector.out.channels):
@@ -543,7 +570,7 @@ def _add_common(lean: list[_Stretch], pump: _Pump, fed: _LeanFeeder, x: int, bas
         raise GrepFailed("grep left out channel lines that are not common ones")
     number, offset = pump.first
     line = base + number
-    target = next((s for s in lean if x + offset < s.stop), lean[-1])
+    target = next((s for s in lean if g + offset < s.stop), lean[-1])
     net = target.collector.out.net
     had = net.pop(COMMON_KEY, None)
     if had is not None:
