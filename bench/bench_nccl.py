@@ -18,6 +18,8 @@ Then, in rotating order for --rounds rounds, it times (wall clock):
   nccl-log -j 2    the same with --jobs 2 (two processes)
   python scan -j 1 the same as -j 1 with CLUSTERCHECK_NCCL_GREP=0: the pure-Python scan, no grep
                    beside it (shown in the notes; its report must be the same)
+  the greps alone  the three greps of nccl-log's grep path over the whole file, in one shell
+                   pipeline, no Python (shown in the notes: the design's floor on this machine)
 
 once per size in --sizes (300, 1024 and 4096 MiB by default; each log is deleted after)
 and, in separate untimed runs, the peak memory of the analyzer: the largest resident set of
@@ -38,6 +40,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -170,11 +173,12 @@ def measure(size_mib: int, rounds: int, keep: Path | None, worst: bool = False) 
             subjects[f"nccl-log -j {jobs}"] = [*cc, "--jobs", str(jobs)]
         # the pure-Python scan beside it (no grep), for the notes: the same report, and its time
         subjects[PYTHON_SCAN] = ["env", "CLUSTERCHECK_NCCL_GREP=0", *cc, "--jobs", "1"]
+        subjects[GREPS] = greps_alone(log)
         # Warm the page cache and check the analysis is right (and the same with every -j) before timing.
         timed(subjects["grep"])
         verdicts = {}
         for key in subjects:
-            if key != "grep":
+            if key not in ("grep", GREPS):
                 _, first = timed(subjects[key])
                 verdicts[key] = first.stdout
         verdict = json.loads(next(iter(verdicts.values())))
@@ -192,7 +196,7 @@ def measure(size_mib: int, rounds: int, keep: Path | None, worst: bool = False) 
                 walls[key].append(wall)
                 cpus[key].append(cpu)
                 codes[key].add(proc.returncode)
-        memory = {k: peak_memory(v) for k, v in subjects.items() if k not in ("grep", PYTHON_SCAN)}
+        memory = {k: peak_memory(v) for k, v in subjects.items() if k not in NOT_ANALYZER}
         # The fixed part of a run: the same command on the log's first FIXED_MIB MiB, which holds the
         # whole start of the job (every rank's init lines, the first communicators' channel lines).
         head = folder / f"head-{FIXED_MIB}M.log"
@@ -242,6 +246,28 @@ def measure(size_mib: int, rounds: int, keep: Path | None, worst: bool = False) 
 PROCESSES = (1, 2)
 #: The pure-Python scan (CLUSTERCHECK_NCCL_GREP=0), timed beside them and shown in the notes only.
 PYTHON_SCAN = "python scan -j 1"
+#: grep.py's three greps alone, timed beside them and shown in the notes only (see greps_alone()).
+GREPS = "the greps alone"
+#: The subjects that are not an nccl-log run judged against the target.
+NOT_ANALYZER = ("grep", PYTHON_SCAN, GREPS)
+
+
+def greps_alone(log: Path) -> list[str]:
+    """What nccl-log's grep path runs beside its Python process (analyzers/nccl_log/grep.py), as one
+    shell pipeline over the whole file with no Python between the channel grep and its filter: the
+    candidates of the rare kinds, and the channel lines with the common ones left out."""
+    from clustercheck.analyzers.nccl_log.grammar import COMMON_ERE
+    from clustercheck.analyzers.nccl_log.grep import RARE_STRINGS, VIA_STRINGS
+
+    rare = " ".join(f"-e {shlex.quote(t)}" for t in RARE_STRINGS)
+    via = " ".join(f"-e {shlex.quote(t)}" for t in VIA_STRINGS)
+    script = (
+        f'export LC_ALL=C; grep -a -n -b -F {rare} "$0" | cat >/dev/null & '
+        f'grep -a -n -b -F {via} "$0" | grep -a -v -n -E -e {shlex.quote(COMMON_ERE)} | cat >/dev/null; wait'
+    )
+    return ["sh", "-c", script, str(log)]
+
+
 #: The start of the log timed apart: the fixed part of every run (see measure()).
 FIXED_MIB = 20
 SPEED_TARGET = 3.0
@@ -293,7 +319,7 @@ def main() -> int:
         grep_cpu = statistics.median(run["cpus"]["grep"])
         grep_cmd = "grep -c NCCL LOG"
         for key, values in run["walls"].items():
-            if key in ("grep", PYTHON_SCAN):
+            if key in NOT_ANALYZER:
                 continue
             med = statistics.median(values)
             cpu = statistics.median(run["cpus"][key])
@@ -318,11 +344,15 @@ def main() -> int:
             f"- {size} ({run['size_mib']} MiB asked): {run['lines']:,} lines, {run['made']['ranks']} ranks on "
             f"{run['made']['hosts']} hosts, {run['made']['communicators']} communicators, generated in "
             f"{run['gen_s']:.1f} s; grep min {min(run['walls']['grep']):.2f} s, nccl-log min "
-            + ", ".join(f"{k[9:]} {min(w):.2f} s" for k, w in run["walls"].items() if k not in ("grep", PYTHON_SCAN))
+            + ", ".join(f"{k[9:]} {min(w):.2f} s" for k, w in run["walls"].items() if k not in NOT_ANALYZER)
             + f"; the pure-Python scan (`CLUSTERCHECK_NCCL_GREP=0`, -j 1): median "
             f"{statistics.median(run['walls'][PYTHON_SCAN]):.2f} s wall "
             f"({statistics.median(run['walls'][PYTHON_SCAN]) / statistics.median(run['walls']['grep']):.2f}x grep), "
             f"{statistics.median(run['cpus'][PYTHON_SCAN]):.2f} s CPU"
+            + f"; {GREPS} (grep.py's three, on the whole file, in one shell pipeline; no Python): median "
+            f"{statistics.median(run['walls'][GREPS]):.2f} s wall "
+            f"({statistics.median(run['walls'][GREPS]) / statistics.median(run['walls']['grep']):.2f}x grep), "
+            f"{statistics.median(run['cpus'][GREPS]):.2f} s CPU, the floor of this design here before any Python work"
             + f"; analysis: network {v.get('network')} ({v.get('link_layer')}), GPUDirect RDMA "
             f"{v.get('gpudirect_rdma')} ({v.get('net_channels'):,} network channels), {len(v.get('hosts', {}))} hosts, "
             f"without GDR: {', '.join(run['no_gdr']) or 'none'}, status {v.get('status')}, "
@@ -360,7 +390,7 @@ def main() -> int:
         statistics.median(w) / statistics.median(r["walls"]["grep"])
         for r in runs
         for k, w in r["walls"].items()
-        if k not in ("grep", PYTHON_SCAN)
+        if k not in NOT_ANALYZER
     )
     worst_rss = max(rss * MIB / 1e6 for r in runs for rss, _ in r["memory"].values())
     worst_pss = max(pss * MIB / 1e6 for r in runs for _, pss in r["memory"].values())
