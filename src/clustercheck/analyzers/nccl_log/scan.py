@@ -86,7 +86,8 @@ class _Collector:
         self.exact_left = knobs.EXACT_CHANNELS if exact_channels is None else exact_channels
         self._seen: set[bytes] = set()
         self._said: set[tuple[str | None, bytes]] = set()  # (host, message) of the INFO lines kept
-        self._hosts: dict[bytes, tuple[str, str | None, int | None]] = {}  # prefix -> prefix_of()
+        self._hosts: dict[bytes, tuple[str, str | None, int | None, bool, bool]] = {}  # prefix -> _prefix()
+        self._messages: dict[bytes, tuple[bool, bool, bool]] = {}  # INFO message -> _message()
         self._plans: dict[tuple[bytes, bytes], tuple[Any, ...]] = {}  # (prefix, tail) -> _lean_plain's work
         self._prefixes: dict[bytes, str | None] = {}
         self._classes: dict[bytes, tuple[str, NetTail | None] | tuple[()]] = {}
@@ -131,17 +132,29 @@ class _Collector:
         of a host prints the same init lines, its pid:tid before them. WARN lines, lines with two markers,
         channel lines and GPU Direct RDMA lines (the last of a host's counts) are always kept."""
         rfind, find, count = buf.rfind, buf.find, buf.count
-        seen, said, hosts = self._seen, self._said, self._hosts
+        seen, said, hosts, messages = self._seen, self._said, self._hosts, self._messages
         records, repeats = self.out.records, self.out.repeats
-        copy = not isinstance(buf, bytes)  # a slice of bytes is bytes; of a bytearray, one to copy
         line_no, last_line_start = first_line, 0
         for m in pattern.finditer(buf, 0, end):
             at, stop = m.span()
             line_start = start = rfind(b"\n", 0, at) + 1
             if header:
                 start = find(b":", find(b":", start) + 1) + 1
-            line = bytes(buf[start:stop]) if copy else buf[start:stop]
-            raw = _HEX.sub(b"", line) if line.find(b"0x") >= 0 else line  # pointers and ids differ per communicator
+            line = buf[start:stop]
+            if not isinstance(line, bytes):  # a slice of bytes is bytes; of a bytearray, one to copy
+                line = bytes(line)
+            marker = at - start
+            if buf[at + 5] == 73 and stop - start <= MAX_KEPT:  # `NCCL INFO ` (not WARN, version): the usual
+                # line, whose prefix and message repeat: what is in them is looked up, not looked for
+                raw_prefix, message = line[:marker], line[marker + 10 :]
+                known = hosts.get(raw_prefix) or self._prefix(raw_prefix)
+                kind = messages.get(message) or self._message(message)
+                single = not (known[3] or kind[0])  # the match's marker is the line's only `NCCL `
+                hexed = known[4] or kind[1]  # (the marker holds no `0x`, nor makes one with its neighbours)
+            else:
+                single = False
+                hexed = line.find(b"0x") >= 0
+            raw = _HEX.sub(b"", line) if hexed else line  # pointers and ids differ per communicator
             if raw in seen:
                 continue
             if len(seen) >= _SEEN_CAP:
@@ -154,38 +167,52 @@ class _Collector:
                 continue
             if len(records) >= _RECORDS_CAP:
                 continue
-            marker = at - start
-            if line.count(b"NCCL ") == 1:  # the usual line: the match's marker is its only one
-                single = line.startswith(b"NCCL INFO ", marker)
-            else:
+            if not single and line.count(b"NCCL ") > 1:  # spliced lines: the only INFO marker, if it is one
                 marker = line.find(b"NCCL INFO ")
                 single = marker >= 0 and line.find(b"NCCL INFO ", marker + 10) < 0 and line.find(b"NCCL WARN ") < 0
-            if single:
-                message = line[marker + 10 :]
-                if not message.startswith(_ALWAYS_KEPT) and message.find(b"GPU Direct RDMA") < 0:
-                    raw_prefix = line[:marker]
+                if single:
+                    raw_prefix, message = line[:marker], line[marker + 10 :]
                     known = hosts.get(raw_prefix) or self._prefix(raw_prefix)
-                    if known[0] == "ok":
-                        host = known[1]
-                        key = (host, message)
-                        if key in said:
-                            entry = repeats.get(host)
-                            if entry is None:
-                                entry = repeats[host] = [0, set()]
-                            entry[0] += 1
-                            if known[2] is not None:
-                                entry[1].add(known[2])
-                            continue
-                        if len(said) >= _SEEN_CAP:
-                            said.clear()
-                        said.add(key)
+                    kind = messages.get(message) or self._message(message)
+            if single and kind[2] and known[0] == "ok":
+                host = known[1]
+                key = (host, message)
+                if key in said:
+                    entry = repeats.get(host)
+                    if entry is None:
+                        entry = repeats[host] = [0, set()]
+                    entry[0] += 1
+                    if known[2] is not None:
+                        entry[1].add(known[2])
+                    continue
+                if len(said) >= _SEEN_CAP:
+                    said.clear()
+                said.add(key)
             line_no += count(b"\n", last_line_start, line_start)  # (counted for the lines kept only)
             last_line_start = line_start
             records.append((line_no, line.decode("utf-8", "replace")))
 
-    def _prefix(self, raw_prefix: bytes) -> tuple[str, str | None, int | None]:
-        """prefix_of() of the text before a line's marker, kept for the next line with it."""
-        known = prefix_of(raw_prefix.decode("utf-8", "replace"))
+    def _message(self, message: bytes) -> tuple[bool, bool, bool]:
+        """Of the text after a line's `NCCL INFO `: whether it holds `NCCL `, `0x`, and whether a repeat of it
+        for the same host is counted rather than kept; kept for the next line with it."""
+        kind = (
+            message.find(b"NCCL ") >= 0,
+            message.find(b"0x") >= 0,
+            not message.startswith(_ALWAYS_KEPT) and message.find(b"GPU Direct RDMA") < 0,
+        )
+        if len(self._messages) >= _SEEN_CAP:
+            self._messages.clear()
+        self._messages[message] = kind
+        return kind
+
+    def _prefix(self, raw_prefix: bytes) -> tuple[str, str | None, int | None, bool, bool]:
+        """prefix_of() of the text before a line's marker, and whether it holds `NCCL ` and `0x`; kept for
+        the next line with it."""
+        known = (
+            *prefix_of(raw_prefix.decode("utf-8", "replace")),
+            raw_prefix.find(b"NCCL ") >= 0,
+            raw_prefix.find(b"0x") >= 0,
+        )
         if len(self._hosts) >= _SEEN_CAP:
             self._hosts.clear()
         self._hosts[raw_prefix] = known
