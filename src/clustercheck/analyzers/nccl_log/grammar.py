@@ -258,16 +258,20 @@ class LogLine:
     message: str
 
 
-GARBLED = LogLine(None, None, "GARBLED", "")
+#: A LogLine's fields as a tuple (host, dev, level, message): what Scanner.parse reads, for every kept line,
+#: without building a LogLine (a frozen dataclass costs microseconds to build).
+Parts = tuple[str | None, int | None, str, str]
+_GARBLED: Parts = (None, None, "GARBLED", "")
+GARBLED = LogLine(*_GARBLED)
 _TAIL_PREFIX = re.compile(r"(?<![^\s:|])([^\s:|]+):(\d+):(\d+) \[(-?\d+)\] $")
 
 
-def _salvage(line: str, marker: re.Match[str]) -> LogLine:
+def _salvage(line: str, marker: re.Match[str]) -> Parts:
     """A spliced line: the last writer's text runs intact to the newline; keep it for a known host."""
     m = _TAIL_PREFIX.search(line[: marker.start()])
     if not m:
-        return GARBLED
-    return LogLine(m.group(1), int(m.group(4)), "GARBLED", line[marker.end() :].strip())
+        return _GARBLED
+    return (m.group(1), int(m.group(4)), "GARBLED", line[marker.end() :].strip())
 
 
 def split_line(line: str) -> LogLine | None:
@@ -277,27 +281,35 @@ def split_line(line: str) -> LogLine | None:
     ``[timestamp]`` and ISO timestamps, CloudWatch (``  | ts | message``, or the message twice
     around `` | ``), and lines without the ``host:pid:tid`` part (``[3] NCCL INFO ...``).
     """
+    parts = split_parts(line)
+    if parts is None:
+        return None
+    return GARBLED if parts is _GARBLED else LogLine(*parts)
+
+
+def split_parts(line: str) -> Parts | None:
+    """split_line's LogLine as a tuple of its fields (see Parts)."""
     marker = _MARKER.search(line)
     if marker is None:
         m = _VERSION.search(line)
         if m and "NCCL" not in line[: m.start()]:
-            return LogLine(None, None, "VERSION", line[m.start() :].strip())
+            return (None, None, "VERSION", line[m.start() :].strip())
         return None
     if _MARKER.search(line, marker.end()):  # more than one marker (the rare case: find them all)
         markers = list(_MARKER.finditer(line))
         tail = line.rsplit(" | ", 1)[-1] if " | " in line else ""
         if len(_MARKER.findall(tail)) == 1 and _MARKER.search(line.rsplit(" | ", 1)[0]):
-            return split_line(tail)  # CloudWatch shows the message twice: keep the clean copy
+            return split_parts(tail)  # CloudWatch shows the message twice: keep the clean copy
         return _salvage(line, markers[-1])
     # What a line's prefix says depends on nothing else, and a log repeats few prefixes
     # (host:pid:tid [dev]): take each apart once.
     what, host, dev = prefix_of(line[: marker.start()])
     if what == "garbled":
-        return GARBLED
+        return _GARBLED
     message = line[marker.end() :].strip()
     if what == "salvaged":
-        return LogLine(host, dev, "GARBLED", message)
-    return LogLine(host, dev, marker.group(1), message)
+        return (host, dev, "GARBLED", message)
+    return (host, dev, marker.group(1), message)
 
 
 #: prefix -> ("ok" | "salvaged" | "garbled", host, dev), bounded like the scanner's caches.

@@ -35,12 +35,11 @@ from clustercheck.analyzers.nccl_log.grammar import (
     _VERSION,
     _WARN_KINDS,
     MAX_KEPT,
-    LogLine,
     NetTail,
     Ref,
     _tail_class,
     parse_net_tail,
-    split_line,
+    split_parts,
 )
 from clustercheck.analyzers.nccl_log.rules import LogReport, judge
 from clustercheck.analyzers.nccl_log.scan import Partial, _fork_available, _scan_range, _scan_stream
@@ -277,48 +276,48 @@ class Scanner:
     # -- one line --------------------------------------------------------------------------------
     def parse(self, raw: str, ref: Ref) -> None:
         """Parse one raw line (any kind) into the job's state."""
-        line = split_line(raw.rstrip("\r\n"))
-        if line is None:
+        parts = split_parts(raw.rstrip("\r\n"))
+        if parts is None:
             if "fi_getinfo: provider" in raw and "output empty list" in raw:
                 self.job.foreign.setdefault("efa_empty", ref)
             elif "libibverbs: Warning: no userspace device-specific driver" in raw:
                 self.job.foreign.setdefault("ibverbs_driver", ref)
             return
+        host, dev, level, message = parts
         job = self.job
-        if line.level == "GARBLED":
+        if level == "GARBLED":
             if ref not in job.garbled_refs:
                 job.garbled += 1
                 if len(job.garbled_refs) < _SEEN_CAP:
                     job.garbled_refs.add(ref)
-            known = [n for n in job.hosts if line.host and line.host.endswith(n) and n != "unknown"]
+            known = [n for n in job.hosts if host and host.endswith(n) and n != "unknown"]
             if not known:
                 return
-            line = LogLine(max(known, key=len), line.dev, "INFO", line.message)
+            host, level = max(known, key=len), "INFO"
         job.nccl_lines += 1
-        if line.level == "VERSION":
-            m = _VERSION.search(line.message)
+        if level == "VERSION":
+            m = _VERSION.search(message)
             if m:
                 job.versions.setdefault(m.group(1), ref)
             return
-        message = line.message
-        if line.level == "INFO" and message.startswith(("Channel", "Ring")) and _CHANNEL_LINE.match(message):
-            self._channel(line, ref)
+        if level == "INFO" and message.startswith(("Channel", "Ring")) and _CHANNEL_LINE.match(message):
+            self._channel(host, message, ref)
             return
-        h = self.host(line.host)
+        h = self.host(host)
         h.seen += 1
         h.first = h.first or ref
-        if line.dev is not None and len(h.devs) < 1024:
-            h.devs.add(line.dev)
-        if line.level == "WARN":
-            self._warn(h, line.message, ref)
+        if dev is not None and len(h.devs) < 1024:
+            h.devs.add(dev)
+        if level == "WARN":
+            self._warn(h, message, ref)
         else:
-            self._info(h, line.message, ref)
+            self._info(h, message, ref)
 
-    def _channel(self, line: LogLine, ref: Ref) -> None:
-        m = _CHANNEL_LINE.match(line.message)
+    def _channel(self, host: str | None, message: str, ref: Ref) -> None:
+        m = _CHANNEL_LINE.match(message)
         cls = _tail_class(m.group(1)) if m else ()
         if cls:
-            self._count_channel(line.host, cls, ref, 1, self._count_job_channels)
+            self._count_channel(host, cls, ref, 1, self._count_job_channels)
 
     def _count_channel(
         self, host: str | None, cls: tuple[str, NetTail | None], ref: Ref, n: int, job_counts: bool
