@@ -455,10 +455,12 @@ Command: `{python} bench/bench_nccl.py {size_arg}`
   healthy job. The pure-Python scan applies the same rule to each line, so the report is the same
   (checked above on every log, and in tests/test_nccl_log.py on every corpus log). Fixed strings
   where they can be: every line of such a log holds `NCCL `, and grep's regex engine then costs
-  twice its multi-string search.
-- So -j 1 is one Python process with three greps beside it (-j 2 cuts the same work into the
-  stretches the pure-Python scan's processes would read, so its report stays that scan's -j 2
-  report; on two CPUs it is the same work, not a faster one). What is left per GB is grep's two
+  twice its multi-string search. The greps start at the page boundary below the exact start's
+  end and leave out what they print before it: from a file offset a few bytes short of a page's
+  end, every read() of theirs cost several times as much system time.
+- So -j 1 is one Python process with three greps beside it, and so is -j 2: on the grep path the
+  greps are the parallel part, and the file is read as one stretch whatever --jobs says (more
+  stretches would only cut the exact start short and cost CPU). What is left per GB is grep's two
   passes and the channel lines passed from one grep to the other (about 12% of this log's bytes:
   every network channel line).
 - The worst case for the grep pass is a log where no channel uses GPUDirect RDMA (an all-TCP log,
@@ -468,10 +470,11 @@ Command: `{python} bench/bench_nccl.py {size_arg}`
   the pure-Python scan reads the file (the notes give its time); a grep that fails is said on
   stderr and the file is read again in Python, never a partial result.
 - On two CPUs the wall time is at least the CPU time of all the processes (the CPU s column)
-  halved, plus the start-up that only one CPU can use: at 300 MB the greps cost about two and a
-  half `grep -c` passes (two reads of the file, and the filter), the Python process about two more
-  (start-up and imports about 0.1 s, the exact start, its threads), so even with every CPU busy all
-  the time a run there is not much under 2.5x grep's wall time.
+  halved, plus the start-up that only one CPU can use: the greps alone (the notes: the same three
+  over the whole file, no Python) cost about two and a half `grep -c` passes of CPU (two reads of
+  the file, and the filter), and at 300 MB the Python process about two more (start-up and
+  imports about 0.1 s, the exact start, its threads), so even with every CPU busy all the time a
+  run there is not much under 2.5x grep's wall time.
 - The machine's CPUs are shared with other work: with a load above their number every process
   waits for a CPU, and a run of four processes loses more than `grep -c`'s one (the Machine line).
 """
