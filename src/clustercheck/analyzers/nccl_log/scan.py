@@ -144,8 +144,8 @@ class _Collector:
             if not isinstance(line, bytes):  # a slice of bytes is bytes; of a bytearray, one to copy
                 line = bytes(line)
             marker = at - start
-            if buf[at + 5] == 73 and stop - start <= MAX_KEPT:  # `NCCL INFO ` (not WARN, version): the usual
-                # line, whose prefix and message repeat: what is in them is looked up, not looked for
+            if buf[at + 5] == 73 and stop - start <= MAX_KEPT:  # the I of `NCCL INFO ` (not WARN, version):
+                # the usual line, whose prefix and message repeat: what is in them is looked up, not looked for
                 raw_prefix, message = line[:marker], line[marker + 10 :]
                 known = hosts.get(raw_prefix) or self._prefix(raw_prefix)
                 kind = messages.get(message) or self._message(message)
