@@ -610,6 +610,39 @@ def test_overlong_lines_are_skipped_and_counted(monkeypatch: pytest.MonkeyPatch)
     assert r.skipped_long_lines == 1 and r.errors[0][0].line == 3
 
 
+def test_exact_start_keeps_each_hosts_first_info_line_and_counts_its_repeats() -> None:
+    """Which lines the exact start keeps for parsing (the line numbers) and which it only counts for their
+    host (`repeats`): a repeat of a line kept (pointers aside) is neither; another rank's same message
+    is a repeat; WARN, GPU Direct RDMA, channel lines and lines with two markers are kept; a pointer in
+    the prefix is left out as well; an overlong line is kept cut."""
+    plugin = "NET/Plugin: Failed to find ncclNetPlugin_v9 symbol."
+    comm = "rank {} nRanks 2 nNodes 1 localRanks 2 localRank {}"
+    lines = [
+        f"h1:1:1 [0] NCCL INFO {plugin}",  # 1 kept
+        f"h1:2:2 [1] NCCL INFO {plugin}",  # 2 a repeat on h1 (device 1)
+        f"h1:1:1 [0] NCCL INFO {plugin}",  # 3 the same line again: neither
+        f"h2:1:1 [0] NCCL INFO {plugin}",  # 4 kept: another host
+        f"h1:1:1 [0] NCCL INFO comm 0x1a {comm.format(0, 0)}",  # 5 kept
+        f"h1:1:1 [0] NCCL INFO comm 0x2b {comm.format(0, 0)}",  # 6 the same but the pointer: neither
+        f"h1:2:2 [1] NCCL INFO comm 0x3c {comm.format(1, 1)}",  # 7 kept: another message
+        f"h1:2:2 [1] NCCL WARN {plugin}",  # 8 kept: WARN
+        "h1:3:3 [2] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'",  # 9 kept
+        "h1:4:4 [3] NCCL INFO NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'",  # 10 kept: GPU Direct RDMA
+        f"h1:3:3 [2] NCCL INFO {plugin} NCCL INFO Using network IB",  # 11 kept: two markers
+        "h1:5:5 [4] NCCL INFO Using network IB",  # 12 kept: the first with one marker
+        "h1:6:6 [5] NCCL INFO Using network IB",  # 13 a repeat on h1 (device 5)
+        "h0x1:1:1 [0] NCCL INFO Using network IB",  # 14 kept: host h0x1
+        "h0x2:1:1 [0] NCCL INFO Using network IB",  # 15 the same line as 14, pointers aside: neither
+        f"h1:7:7 [6] NCCL INFO {plugin} " + "y" * 5000,  # 16 kept, cut
+        "h1:8:8 [7] NCCL INFO Channel 00/02 :    0   1",  # 17 kept
+        "h1:9:9 [7] NCCL INFO Channel 00/02 :    0   1",  # 18 kept: channel lines
+    ]
+    part = nccl_log._scan_stream(io.BytesIO("\n".join(lines).encode()), "-")
+    assert [n for n, _ in part.records] == [1, 4, 5, 7, 8, 9, 10, 11, 12, 14, 16, 17, 18]
+    assert part.repeats == {"h1": [2, {1, 5}]}
+    assert (part.cut, part.cut_line) == (1, 16)
+
+
 # -- bad input -----------------------------------------------------------------------------------------
 
 
