@@ -256,15 +256,12 @@ def greps_alone(log: Path) -> list[str]:
     """What nccl-log's grep path runs beside its Python process (analyzers/nccl_log/grep.py), as one
     shell pipeline over the whole file with no Python between the channel grep and its filter: the
     candidates of the rare kinds, and the channel lines with the common ones left out."""
-    from clustercheck.analyzers.nccl_log.grammar import COMMON_ERE
-    from clustercheck.analyzers.nccl_log.grep import RARE_STRINGS, VIA_STRINGS
+    from clustercheck.analyzers.nccl_log.grep import RARE_STRINGS, VIA_STRINGS, filter_argv, grep_argv
 
-    rare = " ".join(f"-e {shlex.quote(t)}" for t in RARE_STRINGS)
-    via = " ".join(f"-e {shlex.quote(t)}" for t in VIA_STRINGS)
-    script = (
-        f'export LC_ALL=C; grep -a -n -b -F {rare} "$0" | cat >/dev/null & '
-        f'grep -a -n -b -F {via} "$0" | grep -a -v -n -E -e {shlex.quote(COMMON_ERE)} | cat >/dev/null; wait'
+    rare, via, common = (
+        shlex.join(a) for a in (grep_argv("grep", RARE_STRINGS), grep_argv("grep", VIA_STRINGS), filter_argv("grep"))
     )
+    script = f'export LC_ALL=C; {rare} "$0" | cat >/dev/null & {via} "$0" | {common} | cat >/dev/null; wait'
     return ["sh", "-c", script, str(log)]
 
 

@@ -40,8 +40,6 @@ _HELD = 8 << 20
 #: Bytes of output handed to the collectors at a time.
 _TAKE = 2 << 20
 _LINE_NO = re.compile(rb"^([0-9]+):", re.MULTILINE)
-#: What the channel grep prints a line for (VIA_STRINGS).
-_VIA_TEXT = re.compile(rb"via (?:NET/|SHM)")
 #: The greps start reading at a multiple of this below the exact start's end (and leave out what
 #: they print before it): read() from a file offset a few bytes short of a page's end cost a grep
 #: 73 us a call against 20 us from a page's start (strace -c, 96 KiB reads, Linux 6.18), 0.1-0.2 s
@@ -258,6 +256,8 @@ RARE_STRINGS = (
 #: grep (`-v`) leaves out the common ones (COMMON_ERE), so Python reads only the lines that change the
 #: verdict (no GPUDirect RDMA, another network, a proxy, shared memory), and counts the rest.
 VIA_STRINGS = ("via NET/", "via SHM")
+#: A line the channel grep prints holds one of VIA_STRINGS.
+_VIA_TEXT = re.compile("|".join(map(re.escape, VIA_STRINGS)).encode())
 
 
 def scan_file(
@@ -379,6 +379,21 @@ def scan_file(
     return parts
 
 
+def grep_argv(grep: str, strings: tuple[str, ...]) -> list[str]:
+    """The command line of the grep for `strings` (RARE_STRINGS, VIA_STRINGS): each line that holds one,
+    after its line number and byte offset, in the C locale (the caller's environment)."""
+    argv = [grep, "-a", "-n", "-b", "-F"]
+    for text in strings:
+        argv += ["-e", text]
+    return argv
+
+
+def filter_argv(grep: str) -> list[str]:
+    """The command line of the filter: the channel grep's lines but the common ones, each after the
+    number of its line in what the filter read."""
+    return [grep, "-a", "-v", "-n", "-E", "-e", COMMON_ERE]
+
+
 def _start(grep: str, path: str, fd: int, x: int, strings: tuple[str, ...]) -> subprocess.Popen[bytes]:
     """`grep -a -n -b -F` for `strings` on the file from offset x, on an open file of its own
     (a shared one would share its offset with this process's reads)."""
@@ -387,11 +402,12 @@ def _start(grep: str, path: str, fd: int, x: int, strings: tuple[str, ...]) -> s
         if os.fstat(own).st_ino != os.fstat(fd).st_ino:
             raise Unsuitable(f"{path} was replaced while it was read")
         os.lseek(own, x, os.SEEK_SET)
-        argv = [grep, "-a", "-n", "-b", "-F"]
-        for text in strings:
-            argv += ["-e", text]
         return subprocess.Popen(
-            argv, stdin=own, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "LC_ALL": "C"}
+            grep_argv(grep, strings),
+            stdin=own,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "LC_ALL": "C"},
         )
     except OSError as e:
         raise Unsuitable(f"grep did not start: {e}") from e
@@ -404,7 +420,7 @@ def _start_filter(grep: str) -> subprocess.Popen[bytes]:
     its line in what the filter read) but the common ones."""
     try:
         return subprocess.Popen(
-            [grep, "-a", "-v", "-n", "-E", "-e", COMMON_ERE],
+            filter_argv(grep),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -481,14 +497,21 @@ class _Pump:
                 sent += os.write(fd, view[sent:])
 
 
-class _RareFeeder:
+class _Feeder:
+    """What a grep's lines are fed to: the stretches (`lean`, `si` the current one), where the grep
+    began (`g`: its offsets add to it) and what its line numbers add to (`base`), the lines it printed
+    that the exact start read (those that start before `skip`), and the last line fed (`last`: its
+    number and where it ends; at first `before`, the exact start's line count and end)."""
+
+    def __init__(self, lean: list[_Stretch], g: int, base: int, before: tuple[int, int]) -> None:
+        self.lean, self.si, self.g, self.base = lean, 0, g, base
+        self.skip = before[1] - g
+        self.last = before
+
+
+class _RareFeeder(_Feeder):
     """The candidate lines of the lean kinds -> each stretch's collector (scan._Collector._rare);
     their order is all that matters, not the blocks."""
-
-    def __init__(self, lean: list[_Stretch], g: int, base: int, start: tuple[int, int]) -> None:
-        self.lean, self.si, self.x, self.base = lean, 0, g, base
-        self.skip = start[1] - g  # the lines grep printed that start before it: the exact start's
-        self.last = start  # the last printed line: (its number, where it ends)
 
     def feed(self, data: bytes) -> None:
         at, n = 0, len(data)
@@ -500,10 +523,10 @@ class _RareFeeder:
             if self.si >= len(self.lean):
                 return  # lines written to the file after this scan took its size: not read
             s = self.lean[self.si]
-            cut = _split_at(data, at, s.stop - self.x)
+            cut = _split_at(data, at, s.stop - self.g)
             if cut > at:
                 piece = data[at:cut]
-                self.last = _last(piece, self.x, self.base)
+                self.last = _last(piece, self.g, self.base)
                 out = s.collector.out
                 records, cut_line = len(out.records), out.cut_line
                 s.collector._rare(piece, len(piece), 1, _RARE_LEAN_LINE, header=True)
@@ -513,20 +536,18 @@ class _RareFeeder:
                 self.si += 1
 
 
-class _LeanFeeder:
+class _LeanFeeder(_Feeder):
     """The channel lines that are not common ones -> the collector of their stretch
     (scan._Collector.lean_line), one by one with their line numbers."""
 
-    def __init__(self, lean: list[_Stretch], g: int, base: int, start: tuple[int, int]) -> None:
-        self.lean, self.si, self.x, self.base = lean, 0, g, base
-        self.skip = start[1] - g  # the lines grep printed that start before it: the exact start's
+    def __init__(self, lean: list[_Stretch], g: int, base: int, before: tuple[int, int]) -> None:
+        super().__init__(lean, g, base, before)
         self.count = 0  # lines fed
-        self.last = start
         self.printed: int | None = None  # the lines grep printed, once the filter passed SENTINEL on
 
     def feed(self, data: bytes) -> None:
         at, n = 0, len(data)
-        lean, x, base = self.lean, self.x, self.base
+        lean, x, base = self.lean, self.g, self.base
         while at < n:
             nl = data.find(b"\n", at)
             if nl < 0:
