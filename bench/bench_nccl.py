@@ -444,9 +444,10 @@ Command: `{python} bench/bench_nccl.py {size_arg}`
   a second, which grep does not have; at 300 MB it is most of the run.
 - Past the exact start three GNU greps read the file beside the Python process (analyzers/nccl_log/
   grep.py): `grep -a -n -b -F` for the candidates of the line kinds that decide the verdict, and
-  `grep -a -n -b -F -e 'via NET/' -e 'via SHM'` for the channel lines, whose output Python passes
-  on, with one line of its own after it, to `grep -a -v -n -E 'via NET/IB/[0-9]+/GDRDMA$'` (the
-  filter's number for that last line says how many lines it read). So Python reads only the
+  `grep -a -n -b -F -e 'via NET/' -e 'via SHM'` for the channel lines, whose output goes straight
+  (no Python between) to `grep -a -v -n -B 1 -E 'via NET/IB/[0-9]+/GDRDMA$'`; the channel grep
+  reads one line of the scan's own after the file, and the filter's number for it says how many
+  lines it read, the line before it, printed as context, which was the last. So Python reads only the
   channel lines that change the verdict (no GPUDirect RDMA, another network, a proxy, shared
   memory) and counts the rest, the IB channels with GPUDirect RDMA that are almost every line of a
   healthy job. The pure-Python scan applies the same rule to each line, so the report is the same

@@ -1068,6 +1068,23 @@ def test_grep_path_keeps_line_numbers_of_a_file_without_final_newline(
     assert got["lines"] == data.count(b"\n") + 2 and got["errors"][-1]["line"] == got["lines"]
 
 
+def test_grep_path_counts_channel_lines_a_file_writes_like_the_end_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The channel grep reads a line of this scan's after the file, and the filter's number for it says
+    how many channel lines there were: a file whose first line, at grep's offset 0, is a channel line
+    like it (the sentinel this code used to write, or its text with another token), and whose last
+    channel line is a common one, the filter prints only as context, is counted as in Python."""
+    lines = (LOGS / "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt").read_bytes().split(b"\n")
+    common = [line for line in lines if line.endswith(b"/GDRDMA")]
+    for first in (b"via SHM", b"0:0:via SHM", b"via SHM (the end of the channel lines 0123456789abcdef)"):
+        path = tmp_path / "sentinel.log"
+        path.write_bytes(b"\n".join([first, *lines, *common[:3], b"training step 1"]) + b"\n")
+        python, via_grep, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=0, BLOCK=1 << 14)
+        assert via_grep == python and "grep" in fared, first
+        assert json.loads(python[0])["lines"] == len(lines) + 5
+
+
 def test_without_grep_on_path_the_python_scan_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _big_log(tmp_path)
     python, via_grep, _ = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)

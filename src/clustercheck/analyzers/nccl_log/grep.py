@@ -5,11 +5,12 @@ the Python scan only looks at lines that hold one of the lean line kinds (`_RARE
 channel lines (`via NET/`, `via SHM`) that are not common ones (`_COMMON`: IB with GPUDirect RDMA,
 no proxy), which it only counts. Here, in the C locale and side by side: `grep -a -n -b -F`
 prints the candidates of the lean kinds, and another the channel lines, with their line numbers
-and byte offsets, which pass (`_Pump`) into `grep -v -n -E COMMON_ERE`, so only the lines that
-change the verdict reach Python; the filter numbers the lines it reads, and its number for the line
-the pump adds after them (`SENTINEL`) says how many channel lines grep printed. Python runs the very
-same code (scan._Collector) on the lines, with the real line numbers, and counts the common lines
-the filter left out. So the Partials, and everything judged from them, are the pure-Python path's.
+and byte offsets, straight into `grep -v -n -B 1 -E COMMON_ERE`, so only the lines that change the
+verdict reach Python; the filter numbers the lines it reads, and its number for the line the channel
+grep reads after the file (`_Sentinel`) says how many channel lines grep printed, the line before it
+(printed as context) which was the last. Python runs the very same code (scan._Collector) on the
+lines, with the real line numbers, and counts the common lines the filter left out. So the
+Partials, and everything judged from them, are the pure-Python path's.
 
 Where this cannot promise that, the caller scans in Python (`Unsuitable`): no GNU grep, a line
 longer than a block (the Python reader's overlong-line rule depends on how reads fall), a file
@@ -25,6 +26,7 @@ import contextlib
 import fcntl
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import threading
@@ -291,17 +293,14 @@ def scan_file(
     early = mm.read(g, x)
     procs: list[subprocess.Popen[bytes]] = []
     outputs: list[_Output] = []
-    pump: _Pump | None = None
     cond = threading.Condition()
+    sentinel = _Sentinel()
     try:
         procs.append(_start(grep, path, fd, g, RARE_STRINGS))
         outputs.append(_Output(procs[-1], cond))
-        procs.append(_start(grep, path, fd, g, VIA_STRINGS))
-        procs.append(_start_filter(grep))
+        procs.append(_start(grep, path, fd, g, VIA_STRINGS, sentinel))
+        procs.append(_start_filter(grep, procs[-1]))
         outputs.append(_Output(procs[-1], cond))
-        via_out, common_in = procs[1].stdout, procs[2].stdin
-        assert via_out is not None and common_in is not None
-        pump = _Pump(via_out, common_in, x - g)
         for s in stretches:  # every block holds a newline (or the Python scan reads the file)
             s.check()
         head = stretches[0]
@@ -322,7 +321,9 @@ def scan_file(
                 exact_read(head.collector.out)
         before = (line - 1, x)  # (the lines before x, x)
         base = line - 1 - early.count(b"\n")  # what grep's numbers for its lines (from g on) add to
-        rare, via = _RareFeeder(lean, g, base, before), _LeanFeeder(lean, g, base, before)
+        printed_early = sum(1 for t in early.split(b"\n")[:-1] if _VIA_TEXT.search(t))
+        rare = _RareFeeder(lean, g, base, before)
+        via = _LeanFeeder(lean, g, base, before, printed_early, sentinel)
         while True:
             with cond:
                 while not any(o.ready() for o in outputs) and not all(o.done for o in outputs):
@@ -334,9 +335,6 @@ def scan_file(
                 rare.feed(pieces[0])
             if pieces[1]:
                 via.feed(pieces[1])
-        pump.thread.join()
-        if pump.error is not None:
-            raise GrepFailed(f"passing grep's output on: {pump.error}")
         for proc in procs:
             err = proc.stderr.read() if proc.stderr else b""
             code = proc.wait()
@@ -345,13 +343,14 @@ def scan_file(
                 raise GrepFailed(f"grep on {path} failed ({what}): {err.decode(errors='replace').strip()}")
         if os.fstat(fd).st_size < size:  # a log that grows is read up to the size it had
             raise GrepFailed(f"{path} was cut short while it was read")
-        if pump.last is not None and g + pump.last[1] > size:
+        if via.printed is None:
+            raise GrepFailed("the filter of grep's channel lines did not pass on the last one")
+        if via.final is not None and via.final[1] > size:
             raise Unsuitable(f"{path} grew by channel lines while grep read it")  # read up to its size in Python
-        printed_early = sum(1 for t in early.split(b"\n")[:-1] if _VIA_TEXT.search(t))
-        _add_common(lean, pump, via, g, base, head, printed_early)
+        _add_common(lean, mm, via, head)
         known = [rare.last, via.last]
-        if pump.last is not None:
-            known.append((base + pump.last[0], g + pump.last[1]))
+        if via.final is not None:
+            known.append(via.final)
         last_line, last_end = max(known, key=lambda t: t[1])
         total = last_line + _count_lines(mm, last_end, size)
     except BaseException:
@@ -363,8 +362,6 @@ def scan_file(
     finally:
         for o in outputs:
             o.stop()
-        if pump is not None:  # it ends once the grep it reads has exited or was killed
-            pump.thread.join(timeout=10)
         for o in outputs:  # the readers end at the pipe's end (grep exited or was killed) ...
             o.thread.join(timeout=10)
         for proc in procs:  # ... before their descriptors are closed (and their numbers reused)
@@ -390,21 +387,76 @@ def grep_argv(grep: str, strings: tuple[str, ...]) -> list[str]:
 
 def filter_argv(grep: str) -> list[str]:
     """The command line of the filter: the channel grep's lines but the common ones, each after the
-    number of its line in what the filter read."""
-    return [grep, "-a", "-v", "-n", "-E", "-e", COMMON_ERE]
+    number of its line in what the filter read (`N:`), and the line before each as context (`N-`:
+    so the line before the sentinel, the last channel line, is printed whatever it is)."""
+    return [grep, "-a", "-v", "-n", "-B", "1", "-E", "-e", COMMON_ERE]
 
 
-def _start(grep: str, path: str, fd: int, x: int, strings: tuple[str, ...]) -> subprocess.Popen[bytes]:
+class _Sentinel:
+    """The line the channel grep reads after the file, from a pipe of its own (`-h - /dev/fd/N`): it
+    prints it as `1:0:TEXT`, never a common line, after every line of the file. TEXT holds a token
+    of this scan, so no line of the file can pass for it."""
+
+    def __init__(self) -> None:
+        self.text = b"via SHM (the end of the channel lines " + secrets.token_hex(8).encode() + b")"
+
+    def argv(self, fd: int) -> list[str]:
+        return ["-h", "-", f"/dev/fd/{fd}"]
+
+    def pipe(self) -> int:
+        """The read end of a pipe that holds the line (its write end closed)."""
+        r, w = os.pipe()
+        try:
+            os.write(w, self.text + b"\n")
+        finally:
+            os.close(w)
+        return r
+
+
+def _start(
+    grep: str, path: str, fd: int, x: int, strings: tuple[str, ...], sentinel: _Sentinel | None = None
+) -> subprocess.Popen[bytes]:
     """`grep -a -n -b -F` for `strings` on the file from offset x, on an open file of its own
-    (a shared one would share its offset with this process's reads)."""
+    (a shared one would share its offset with this process's reads); then `sentinel`'s line."""
+    if not os.path.isdir("/dev/fd") and sentinel is not None:
+        raise Unsuitable("no /dev/fd")
     own = os.open(f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else path, os.O_RDONLY)
+    tail = -1
     try:
         if os.fstat(own).st_ino != os.fstat(fd).st_ino:
             raise Unsuitable(f"{path} was replaced while it was read")
         os.lseek(own, x, os.SEEK_SET)
+        argv = grep_argv(grep, strings)
+        if sentinel is not None:
+            tail = sentinel.pipe()
+            argv += sentinel.argv(tail)
         return subprocess.Popen(
-            grep_argv(grep, strings),
+            argv,
             stdin=own,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "LC_ALL": "C"},
+            pass_fds=(tail,) if tail >= 0 else (),
+        )
+    except OSError as e:
+        raise Unsuitable(f"grep did not start: {e}") from e
+    finally:
+        os.close(own)
+        if tail >= 0:
+            os.close(tail)
+
+
+def _start_filter(grep: str, channels: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+    """`filter_argv`, reading the output of the channel grep `channels` (this process keeps none of
+    that pipe: the filter sees its end when that grep exits)."""
+    out = channels.stdout
+    assert out is not None
+    with contextlib.suppress(OSError, AttributeError):  # fewer, larger reads and writes (Linux)
+        fcntl.fcntl(out.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+    try:
+        return subprocess.Popen(
+            filter_argv(grep),
+            stdin=out,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env={**os.environ, "LC_ALL": "C"},
@@ -412,89 +464,7 @@ def _start(grep: str, path: str, fd: int, x: int, strings: tuple[str, ...]) -> s
     except OSError as e:
         raise Unsuitable(f"grep did not start: {e}") from e
     finally:
-        os.close(own)
-
-
-def _start_filter(grep: str) -> subprocess.Popen[bytes]:
-    """`grep -a -v -n -E COMMON_ERE`: the printed channel lines (headers kept, each after the number of
-    its line in what the filter read) but the common ones."""
-    try:
-        return subprocess.Popen(
-            filter_argv(grep),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "LC_ALL": "C"},
-        )
-    except OSError as e:
-        raise Unsuitable(f"grep did not start: {e}") from e
-
-
-#: What the pump writes after the channel lines: a line no grep prints (line 0), never a common one.
-SENTINEL = b"0:0:via SHM\n"
-
-
-class _Pump:
-    """Passes the channel lines grep printed on to the grep that leaves out the common ones, then
-    SENTINEL (the filter's number for it, less one, is how many lines grep printed: the common ones
-    are those it printed and the filter did not); notes the header of the first common line and of
-    the last line (its number and offset, relative to where grep began). A common line that starts
-    before `skip` (the exact start's) is not the first."""
-
-    def __init__(self, src: IO[bytes], dst: IO[bytes], skip: int) -> None:
-        self.src, self.dst, self.skip = src.fileno(), dst, skip
-        for fd in (self.src, dst.fileno()):  # fewer, larger reads and writes (Linux)
-            with contextlib.suppress(OSError, AttributeError):
-                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
-        self.first: tuple[int, int] | None = None  # (line, offset) of the first common line
-        self.last: tuple[int, int] | None = None  # (line, where it ends) of the last line
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        out = self.dst.fileno()
-        carry = b""  # the start of a line cut by a read, while the first common line is looked for
-        previous = data = b""
-        read = 0
-        try:
-            while True:
-                chunk = os.read(self.src, 1 << 20)
-                if not chunk:
-                    break
-                read += len(chunk)
-                previous, data = data, chunk
-                if self.first is None:
-                    buf = carry + chunk
-                    cut = buf.rfind(b"\n") + 1
-                    pos = 0
-                    while (m := _COMMON.search(buf, pos, cut)) is not None:
-                        number, offset, _ = _header(buf, buf.rfind(b"\n", 0, m.start()) + 1)
-                        if offset >= self.skip:
-                            self.first, carry = (number, offset), b""
-                            break
-                        pos = m.end()
-                    else:
-                        carry = buf[cut:]
-                self._write(out, chunk)
-            self._write(out, SENTINEL if not data or data.endswith(b"\n") else b"\n" + SENTINEL)
-            tail = previous + data
-            at = tail.rfind(b"\n", 0, len(tail) - 1) + 1
-            if tail and (at > 0 or read == len(tail)):  # else a last line longer than two reads: unknown
-                number, offset, text = _header(tail, at)
-                self.last = (number, offset + len(tail) - text)
-        except BaseException as e:  # said by scan_file; the filter sees its input end
-            self.error = e
-        finally:
-            with contextlib.suppress(OSError):
-                self.dst.close()
-
-    @staticmethod
-    def _write(fd: int, chunk: bytes) -> None:
-        with memoryview(chunk) as view:
-            sent = 0
-            while sent < len(chunk):
-                sent += os.write(fd, view[sent:])
+        out.close()
 
 
 class _Feeder:
@@ -538,12 +508,26 @@ class _RareFeeder(_Feeder):
 
 class _LeanFeeder(_Feeder):
     """The channel lines that are not common ones -> the collector of their stretch
-    (scan._Collector.lean_line), one by one with their line numbers."""
+    (scan._Collector.lean_line), one by one with their line numbers; and from the filter's numbers
+    (the n-th channel line grep printed, the first `early` of them before the exact start's end):
+    how many it printed (`printed`, at the sentinel), the last of them (`final`: its line and where
+    it ends, printed as context if it is a common one), and which one is the first common line after
+    the exact start (`gap`: the first number the filter left out; `after` is the line and end of the
+    one before it)."""
 
-    def __init__(self, lean: list[_Stretch], g: int, base: int, before: tuple[int, int]) -> None:
+    def __init__(
+        self, lean: list[_Stretch], g: int, base: int, before: tuple[int, int], early: int, sentinel: _Sentinel
+    ) -> None:
         super().__init__(lean, g, base, before)
         self.count = 0  # lines fed
-        self.printed: int | None = None  # the lines grep printed, once the filter passed SENTINEL on
+        self.early = early
+        self.sentinel = sentinel.text
+        self.printed: int | None = None
+        self.final: tuple[int, int] | None = None
+        self.gap: int | None = None
+        self.after = before
+        self._expected = early + 1
+        self._previous: tuple[int, int, int] | None = None  # (number, line, end) of the line before
 
     def feed(self, data: bytes) -> None:
         at, n = 0, len(data)
@@ -552,46 +536,87 @@ class _LeanFeeder(_Feeder):
             nl = data.find(b"\n", at)
             if nl < 0:
                 nl = n
-            read = data.index(b":", at)  # the filter's number for the line
-            number, offset, text = _header(data, read + 1)
-            if number == 0:  # SENTINEL, after every line grep printed
-                self.printed = int(data[at:read]) - 1
+            colon = data.find(b":", at, nl)
+            if colon < 0:  # the filter's `--` between groups of lines
                 at = nl + 1
                 continue
+            dash = data.find(b"-", at, colon)  # `N-` before a line printed as context
+            number, offset, text = _header(data, (dash if dash >= 0 else colon) + 1)
+            read = int(data[at : dash if dash >= 0 else colon])  # the filter's number for the line
+            if offset == 0 and number == 1 and data[text:nl] == self.sentinel:  # after every line grep printed
+                self._end(read - 1)
+                at = nl + 1
+                continue
+            self._previous = (read, base + number, x + offset + nl + 1 - text)
+            if dash >= 0:
+                at = nl + 1
+                continue
+            if self.gap is None and read > self.early:
+                if read == self._expected:
+                    self._expected += 1
+                    self.after = self._previous[1:]
+                else:
+                    self.gap = self._expected
             if offset < self.skip:
                 at = nl + 1
                 continue
             while self.si < len(lean) and x + offset >= lean[self.si].stop:
                 self.si += 1
-            if self.si >= len(lean):
-                return  # lines written to the file after this scan took its size: not read
+            if self.si >= len(lean):  # lines written to the file after this scan took its size: not read
+                at = nl + 1
+                continue
             self.count += 1
-            self.last = (base + number, x + offset + nl + 1 - text)
+            self.last = self._previous[1:]
             lean[self.si].collector.lean_line(data[text:nl], base + number)
             at = nl + 1
 
+    def _end(self, printed: int) -> None:
+        if printed > 0:
+            if self._previous is None or self._previous[0] != printed:
+                raise GrepFailed("the filter of grep's channel lines did not print the last one")
+            self.final = self._previous[1:]
+        if self.gap is None and self._expected <= printed:
+            self.gap = self._expected
+        self.printed = printed
 
-def _add_common(
-    lean: list[_Stretch], pump: _Pump, fed: _LeanFeeder, g: int, base: int, head: _Stretch, early: int
-) -> None:
+
+def _first_common(mm: _Pread, fed: _LeanFeeder) -> tuple[int, int]:
+    """(line, offset) of the first common line after the exact start: the first channel line after
+    `fed.after` (the gap the filter's numbers show is one line)."""
+    line, pos = fed.after
+    longest = max(map(len, VIA_STRINGS))
+    while pos < mm.size:
+        data = mm.read(pos, pos + (1 << 20) + longest)
+        hits = [at for at in (data.find(t.encode()) for t in VIA_STRINGS) if at >= 0]
+        if hits:
+            start = data.rfind(b"\n", 0, min(hits)) + 1
+            end = data.find(b"\n", start)
+            if _COMMON.search(data, start, len(data) if end < 0 else end) is None:
+                raise GrepFailed("grep left out a channel line that is not a common one")
+            return line + 1 + data.count(b"\n", 0, start), pos + start  # (line: the one before pos)
+        cut = data.rfind(b"\n", 0, 1 << 20) + 1 or len(data)  # on at a line's start
+        line += data.count(b"\n", 0, cut)
+        pos += cut
+    raise GrepFailed("grep left out channel lines the file does not hold")
+
+
+def _add_common(lean: list[_Stretch], mm: _Pread, fed: _LeanFeeder, head: _Stretch) -> None:
     """The common lines (printed by grep, left out by the filter, but the `early` ones grep printed
     before the exact start's end) counted under COMMON_KEY, in the stretch and at the place of their
     first line (before a later line of another kind with the same key: IB with a proxy), unless the
     exact start holds the key already (its place and line stand)."""
-    if fed.printed is None:
-        raise GrepFailed("the filter of grep's channel lines did not pass on the last one")
-    common = fed.printed - fed.count - early
+    assert fed.printed is not None
+    common = fed.printed - fed.count - fed.early
     if common <= 0:
         return
     if any(cls == "NET/IB/GDRDMA" for _, cls, _ in head.collector.out.channels):
         net = lean[0].collector.out.net
         net.setdefault(COMMON_KEY, [0, 0])[0] += common
         return
-    if pump.first is None:
+    if fed.gap is None:
         raise GrepFailed("grep left out channel lines that are not common ones")
-    number, offset = pump.first
-    line = base + number
-    target = next((s for s in lean if g + offset < s.stop), lean[-1])
+    line, offset = _first_common(mm, fed)
+    target = next((s for s in lean if offset < s.stop), lean[-1])
     net = target.collector.out.net
     had = net.pop(COMMON_KEY, None)
     if had is not None:
