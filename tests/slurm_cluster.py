@@ -167,6 +167,9 @@ class SlurmCluster:
             "ReturnToService=2",
             "MailProg=/bin/true",
             "DefMemPerNode=10",
+            # a job that could not start when it came (its node just resumed, not yet responding)
+            # is tried again within a second, not at the next backfill pass (30 s) or main pass (60 s)
+            "SchedulerParameters=sched_interval=1,bf_interval=1",
             f"Prolog={r}/prolog.sh",
             f"HealthCheckProgram={r}/health.sh",
             f"HealthCheckInterval={self.health_interval}",
