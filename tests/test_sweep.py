@@ -196,6 +196,23 @@ def test_a_slow_measurement_is_measured_again_before_a_drain(slurm: SlurmCluster
     assert code == 0 and doc["sweep"]["w6"]["done"] == "resumed", doc["sweep"]
 
 
+def sleeping(slurm: SlurmCluster) -> set[str]:
+    """The nodes whose run, in a job slurmctld knows, is in its check's `sleep` (its environment
+    names its job and node)."""
+    jobs = {line.split()[0] for line in slurm.jobs()}
+    nodes = set()
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or (proc / "cmdline").read_bytes().split(b"\0")[0] != b"sleep":
+                continue
+            env = dict(v.partition("=")[::2] for v in (proc / "environ").read_text(errors="replace").split("\0"))
+        except OSError:
+            continue
+        if env.get("SLURM_JOB_ID") in jobs and "SLURMD_NODENAME" in env:
+            nodes.add(env["SLURMD_NODENAME"])
+    return nodes
+
+
 @needs_slurm
 @pytest.mark.parametrize("named", [True, False], ids=["reservation-it-creates", "reservation-per-retest"])
 def test_sigterm_drains_again_what_it_resumed_and_leaves_no_reservation(
@@ -217,7 +234,11 @@ def test_sigterm_drains_again_what_it_resumed_and_leaves_no_reservation(
         text=True,
     )
     try:
-        slurm.wait_for(lambda: len(slurm.jobs()) == 2 and "DRAIN" not in slurm.state("w7"), 30, "both runs to start")
+        # both retests hanging in their check's sleep, not merely queued or being launched: a SIGTERM
+        # while slurmd still launches a step leaves that srun waiting out the sweep's 15 s grace
+        slurm.wait_for(
+            lambda: sleeping(slurm) == {"w1", "w7"} and "DRAIN" not in slurm.state("w7"), 30, "both runs to start"
+        )
         made = slurm.reservations()  # the one named, or w7's own for its retest
         assert made == ["cc-sweep-term"] if named else (len(made) == 1 and made[0].endswith("-w7")), made
         proc.send_signal(signal.SIGTERM)
