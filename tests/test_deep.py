@@ -701,8 +701,13 @@ def test_rdma_bandwidth_without_loopback_judges_only_the_ports(tmp_path: Path) -
 def test_a_passing_output_with_a_failed_exit_is_not_a_pass(
     tmp_path: Path, check_id: str, tool: str, corpus: Path, params: dict[str, Any], words: str
 ) -> None:
-    server = 'case " $* " in *" localhost "*) ;; *) exec sleep 300 ;; esac\n' if tool == "ib_write_bw" else ""
-    bin_dir = standin(tmp_path, tool, f"{server}cat '{corpus}'\nexit 1\n")
+    body = f"cat '{corpus}'\nexit 1\n"
+    if tool == "ib_write_bw":  # the server (no `localhost`) waits; the client prints, then ends the
+        # server, as perftest's ends with the run it served (else the loopback tries the client 10 times)
+        pid = tmp_path / "server.pid"
+        server = f'case " $* " in *" localhost "*) ;; *) echo $$ > \'{pid}\'; exec sleep 300 ;; esac\n'
+        body = f"{server}cat '{corpus}'\nkill \"$(cat '{pid}')\"\nexit 1\n"
+    bin_dir = standin(tmp_path, tool, body)
     code, check = run_local(tmp_path, {check_id: params}, bin_dir)
     assert (code, check["status"]) == (3, "error"), check
     assert words in check["summary"], check["summary"]
