@@ -60,8 +60,8 @@ def test_prolog_reads_the_jobs_gpus_host_relative(slurm: SlurmCluster) -> None:
     if not slurm.gres:
         pytest.skip("fake GPUs for gres/gpu need device nodes, and this sandbox refuses mknod (no CAP_MKNOD)")
     # a first job holds GPU 0; the second is given GPUs 1 and 2, and its prolog must say so (§D.2)
-    first = subprocess.Popen(
-        ["srun", "-w", "n1", "--gres=gpu:1", "sleep", "4"],
+    first = subprocess.Popen(  # holds GPU 0 until the test cancels it, not for a fixed time
+        ["srun", "-w", "n1", "--gres=gpu:1", "-J", "holds-gpu0", "sleep", "60"],
         env=slurm.env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -75,6 +75,7 @@ def test_prolog_reads_the_jobs_gpus_host_relative(slurm: SlurmCluster) -> None:
         assert job["gpus"] == [1, 2]
         assert job["cuda_visible_devices"] == ["1", "2"]
     finally:
+        slurm.run("scancel", "-n", "holds-gpu0")
         first.wait(30)
 
 
