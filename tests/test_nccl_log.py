@@ -1119,6 +1119,73 @@ def test_a_grep_that_is_not_gnu_or_fails_is_never_a_partial_result(
     assert "failed (killed by signal 9)" in capfd.readouterr().err
 
 
+def test_a_grep_killed_in_the_middle_of_a_line_is_never_a_partial_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """grep's output is block-buffered: a grep killed mid-write leaves half a line, here half of its
+    first line's `LINE:OFFSET:` header. Said as grep's failure, then the whole file read in Python."""
+    import shutil as sh
+
+    path = _big_log(tmp_path, hosts=8, rounds=2)
+    python, _, _ = _both_paths(monkeypatch, [path], EXACT_CHANNELS=0, BLOCK=4096)
+    real = sh.which("grep")
+    assert real
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    fake = folder / "grep"
+    fake.write_text(
+        f'#!/bin/sh\ncase "$1" in --version) exec {real} --version;; esac\n'
+        f'{real} "$@" | head -n 1 | cut -c 1-3; kill -9 $$\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    _, killed, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=0, BLOCK=4096)
+    assert killed == python and "grep" not in fared
+    assert "failed (killed by signal 9)" in capfd.readouterr().err
+
+
+def test_grep_path_reads_a_line_completed_while_grep_reads_up_to_the_size_it_had(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A WARN line the job is still writing when the scan begins: grep reads it whole, Python up to
+    the size the file had. The file is read in Python, with that size: the same report."""
+    from clustercheck.analyzers.nccl_log import grep
+
+    lines = _big_log(tmp_path).read_bytes()
+    path = tmp_path / "written.log"
+    warn = b"gpu001:1:1 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1> with error 12\n"
+    path.write_bytes(lines + warn[:30])
+    python, _, _ = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
+    real = grep._start
+
+    def start_then_grow(*args: Any) -> Any:  # the rest of the line, written while the greps read
+        proc = real(*args)
+        if path.stat().st_size == len(lines) + 30:
+            with path.open("ab") as log:
+                log.write(warn[30:])
+        return proc
+
+    monkeypatch.setattr(grep, "_start", start_then_grow)
+    monkeypatch.setattr(nccl_log.knobs, "GREP", True)
+    r = analyze_paths([path])
+    assert json.dumps({**r.to_json(), "lines": r.lines}) == python[0]
+    assert path.stat().st_size == len(lines) + len(warn)
+
+
+def test_grep_path_reads_a_log_ending_in_a_channel_line_without_newline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """grep ends such a last line with a newline: that is no line read past the file's size, and the
+    greps answer (a log still written often ends so)."""
+    data = (LOGS / "slurmv4-roce-8hca-ofi-plugin-then-ib-nccl2.27.5-node2.txt").read_bytes().rstrip(b"\n")
+    last = [line for line in data.split(b"\n") if line.endswith((b"/GDRDMA", b"via NET/IB/0"))]
+    for tail in last[0], last[0].replace(b"/GDRDMA", b""):
+        path = tmp_path / "open.log"
+        path.write_bytes(data + b"\n" + tail)
+        python, via_grep, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=0, BLOCK=4096)
+        assert via_grep == python and fared == ["grep"] * len(EXPECTS), (tail, fared)
+
+
 def test_grep_path_reads_a_growing_log_up_to_the_size_it_had(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from clustercheck.analyzers.nccl_log import grep
 

@@ -331,22 +331,26 @@ def scan_file(
                 if all(o.done and not o.ready() for o in outputs):
                     break
                 pieces = [o.take() if o.ready() else b"" for o in outputs]
-            if pieces[0]:
-                rare.feed(pieces[0])
-            if pieces[1]:
-                via.feed(pieces[1])
-        for proc in procs:
-            err = proc.stderr.read() if proc.stderr else b""
-            code = proc.wait()
-            if code not in (0, 1):
-                what = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-                raise GrepFailed(f"grep on {path} failed ({what}): {err.decode(errors='replace').strip()}")
+            try:
+                if pieces[0]:
+                    rare.feed(pieces[0])
+                if pieces[1]:
+                    via.feed(pieces[1])
+            except (ValueError, IndexError) as e:  # a line cut short: a grep killed mid-write, most likely
+                _check(procs, path, wait=0.5)
+                raise GrepFailed(f"grep's output on {path} ends in the middle of a line") from e
+        _check(procs, path)
         if os.fstat(fd).st_size < size:  # a log that grows is read up to the size it had
             raise GrepFailed(f"{path} was cut short while it was read")
         if via.printed is None:
             raise GrepFailed("the filter of grep's channel lines did not pass on the last one")
-        if via.final is not None and via.final[1] > size:
-            raise Unsuitable(f"{path} grew by channel lines while grep read it")  # read up to its size in Python
+        # a line grep read past the size the file had when this scan began (grep ends a last line
+        # without a newline with one): read up to that size in Python
+        end = size + (mm.read(size - 1, size) != b"\n")
+        if via.final is not None and via.final[1] > end:
+            raise Unsuitable(f"{path} grew by channel lines while grep read it")
+        if rare.last[1] > end:
+            raise Unsuitable(f"{path} grew by a line grep read while it was written")
         _add_common(lean, mm, via, head)
         known = [rare.last, via.last]
         if via.final is not None:
@@ -374,6 +378,24 @@ def scan_file(
     for part in parts[:-1]:
         part.lines = 0
     return parts
+
+
+def _check(procs: list[subprocess.Popen[bytes]], path: str, wait: float | None = None) -> None:
+    """GrepFailed for the first grep that failed or was killed; with `wait`, only those that end
+    within that many seconds are asked (the others are killed by the caller)."""
+    for proc in procs:
+        if wait is None:  # its stderr read to the end first: a grep blocked on a full pipe never exits
+            err = proc.stderr.read() if proc.stderr else b""
+            code = proc.wait()
+        else:
+            try:
+                code = proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                continue
+            err = proc.stderr.read() if proc.stderr else b""  # it has exited: its stderr ends
+        if code not in (0, 1):
+            what = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+            raise GrepFailed(f"grep on {path} failed ({what}): {err.decode(errors='replace').strip()}")
 
 
 def grep_argv(grep: str, strings: tuple[str, ...]) -> list[str]:
@@ -594,7 +616,7 @@ def _first_common(mm: _Pread, fed: _LeanFeeder) -> tuple[int, int]:
             if _COMMON.search(data, start, len(data) if end < 0 else end) is None:
                 raise GrepFailed("grep left out a channel line that is not a common one")
             return line + 1 + data.count(b"\n", 0, start), pos + start  # (line: the one before pos)
-        cut = data.rfind(b"\n", 0, 1 << 20) + 1 or len(data)  # on at a line's start
+        cut = data.rfind(b"\n", 0, 1 << 20) + 1 or 1 << 20  # on at a line's start (else past the window)
         line += data.count(b"\n", 0, cut)
         pos += cut
     raise GrepFailed("grep left out channel lines the file does not hold")
