@@ -329,7 +329,9 @@ def test_random_reads_in_worker_processes(tmp_path: Path) -> None:
         (3, 2, "random reads in 2 processes (up to 2 readers in one)"),
         (2, 1, "random reads in one process (its threads)"),
     ):
-        params = {"path": str(data), **SMALL, "readers": readers, "workers": workers}
+        # budget 2: the random phases read to their share of it (thousands of reads here), and what is
+        # asserted is how the workers' reads come back, not how many there are
+        params = {"path": str(data), **SMALL, "budget": 2, "readers": readers, "workers": workers}
         check = run_local(tmp_path, "storage.read_pattern", params)
         assert check["status"] == "ok", check
         assert said in "\n".join(check["evidence"]), check["evidence"]
