@@ -1093,15 +1093,29 @@ def test_without_grep_on_path_the_python_scan_answers(tmp_path: Path, monkeypatc
     assert no_grep == python == via_grep and fared == ["no GNU grep"] * len(EXPECTS)
 
 
+def _grep_killed_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: str) -> None:
+    """PATH's grep becomes GNU grep whose output goes through the shell command `cut` (`head -c 3000`),
+    after which it is killed (SIGKILL), as a grep killed mid-write is."""
+    import os
+    import shutil as sh
+
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    real = sh.which("grep", path=os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if d != str(folder)))
+    assert real
+    fake = folder / "grep"
+    fake.write_text(
+        f'#!/bin/sh\ncase "$1" in --version) exec {real} --version;; esac\n{real} "$@" | {cut}; kill -9 $$\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+
+
 def test_a_grep_that_is_not_gnu_or_fails_is_never_a_partial_result(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    import shutil as sh
-
     path = _big_log(tmp_path)
     python, _, _ = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
-    real = sh.which("grep")
-    assert real
     folder = tmp_path / "bin"
     folder.mkdir()
     fake = folder / "grep"
@@ -1111,9 +1125,7 @@ def test_a_grep_that_is_not_gnu_or_fails_is_never_a_partial_result(
     monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
     _, other, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
     assert other == python and fared == ["no GNU grep"] * len(EXPECTS)
-    fake.write_text(
-        f'#!/bin/sh\ncase "$1" in --version) exec {real} --version;; esac\n{real} "$@" | head -c 3000; kill -9 $$\n'
-    )
+    _grep_killed_after(tmp_path, monkeypatch, "head -c 3000")
     _, killed, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
     assert killed == python and "grep" not in fared
     assert "failed (killed by signal 9)" in capfd.readouterr().err
@@ -1124,21 +1136,9 @@ def test_a_grep_killed_in_the_middle_of_a_line_is_never_a_partial_result(
 ) -> None:
     """grep's output is block-buffered: a grep killed mid-write leaves half a line, here half of its
     first line's `LINE:OFFSET:` header. Said as grep's failure, then the whole file read in Python."""
-    import shutil as sh
-
     path = _big_log(tmp_path, hosts=8, rounds=2)
     python, _, _ = _both_paths(monkeypatch, [path], EXACT_CHANNELS=0, BLOCK=4096)
-    real = sh.which("grep")
-    assert real
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    fake = folder / "grep"
-    fake.write_text(
-        f'#!/bin/sh\ncase "$1" in --version) exec {real} --version;; esac\n'
-        f'{real} "$@" | head -n 1 | cut -c 1-3; kill -9 $$\n'
-    )
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    _grep_killed_after(tmp_path, monkeypatch, "head -n 1 | cut -c 1-3")
     _, killed, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=0, BLOCK=4096)
     assert killed == python and "grep" not in fared
     assert "failed (killed by signal 9)" in capfd.readouterr().err
@@ -1333,7 +1333,6 @@ def test_a_grep_that_fails_after_the_exact_start_leaves_no_line_counted_twice(
 ) -> None:
     """The exact start's lines are parsed while the greps read on; where grep then fails, the scan
     forgets them and reads the whole file in Python: a transport error near the start counts once."""
-    import shutil as sh
 
     lines = _big_log(tmp_path).read_text().splitlines()
     warn = (
@@ -1344,15 +1343,7 @@ def test_a_grep_that_fails_after_the_exact_start_leaves_no_line_counted_twice(
     path.write_text("\n".join([*lines[:5], warn, *lines[5:]]) + "\n")
     python, _, _ = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
     assert json.loads(python[0])["error_count"] == 2
-    real = sh.which("grep")
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    fake = folder / "grep"
-    fake.write_text(
-        f'#!/bin/sh\ncase "$1" in --version) exec {real} --version;; esac\n{real} "$@" | head -c 3000; kill -9 $$\n'
-    )
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{folder}:/usr/bin:/bin")
+    _grep_killed_after(tmp_path, monkeypatch, "head -c 3000")
     _, killed, fared = _both_paths(monkeypatch, [path], EXACT_CHANNELS=50, BLOCK=4096)
     assert killed == python and "grep" not in fared
     assert "failed (killed by signal 9)" in capfd.readouterr().err
