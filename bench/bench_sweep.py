@@ -71,7 +71,10 @@ def cpu_busy_s() -> float:
     return (sum(fields) - idle - guest) / os.sysconf("SC_CLK_TCK")
 
 
-def sweep(cluster: SlurmCluster, work: Path, nodes: list[str], jobs: int, tag: str, *extra: str) -> tuple[float, dict]:  # type: ignore[type-arg]
+def sweep(
+    cluster: SlurmCluster, work: Path, nodes: list[str], jobs: int, tag: str, *extra: str
+) -> tuple[float, float, dict]:  # type: ignore[type-arg]
+    """(wall s, CPU s the machine was busy meanwhile (cpu_busy_s), --out-json) of one sweep."""
     out = work / f"{tag}.json"
     argv = [
         *CLUSTERCHECK,
@@ -96,18 +99,14 @@ def sweep(cluster: SlurmCluster, work: Path, nodes: list[str], jobs: int, tag: s
     start = time.monotonic()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
     wall = time.monotonic() - start
-    BUSY[tag] = cpu_busy_s() - busy
+    busy = cpu_busy_s() - busy
     if proc.returncode != 0 or not out.exists():
         raise SystemExit(f"bench_sweep: the sweep failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     doc = json.loads(out.read_text())
     bad = {n: o["done"] for n, o in doc["sweep"].items() if o["done"] != "passed"}
     if bad:
         raise SystemExit(f"bench_sweep: nodes not passed: {bad}")
-    return wall, doc
-
-
-#: The CPU seconds the machine was busy during each sweep, by its tag (cpu_busy_s).
-BUSY: dict[str, float] = {}
+    return wall, busy, doc
 
 
 def per_node(doc: dict) -> list[tuple[float, float, float]]:  # type: ignore[type-arg]
@@ -165,17 +164,17 @@ def main() -> int:
         phases: list[tuple[float, float, int, int]] = []
         turns: list[tuple[float, float, float]] = []
         for r in range(args.rounds):
-            wall, doc = sweep(cluster, work, nodes[:1], 1, f"one-{r}")
+            wall, _, doc = sweep(cluster, work, nodes[:1], 1, f"one-{r}")
             one.append(wall)
             turns += per_node(doc)
-            wall, doc = sweep(cluster, work, nodes, 1, f"serial-{r}")
+            wall, busy, doc = sweep(cluster, work, nodes, 1, f"serial-{r}")
             fan1.append(wall)
-            busy_1.append(BUSY[f"serial-{r}"] / wall)
+            busy_1.append(busy / wall)
             turns += per_node(doc)
-            wall, doc = sweep(cluster, work, nodes, len(nodes), f"fanout-{r}")
+            wall, busy, doc = sweep(cluster, work, nodes, len(nodes), f"fanout-{r}")
             fann.append(wall)
-            busy_n.append(BUSY[f"fanout-{r}"])
-            _, doc = sweep(cluster, work, nodes, len(nodes), f"pairs-{r}", "--pairs")
+            busy_n.append(busy)
+            _, _, doc = sweep(cluster, work, nodes, len(nodes), f"pairs-{r}", "--pairs")
             phases.append(pairs_phase(doc))
     finally:
         cluster.stop()

@@ -534,8 +534,8 @@ class _LeanFeeder(_Feeder):
     (the n-th channel line grep printed, the first `early` of them before the exact start's end):
     how many it printed (`printed`, at the sentinel), the last of them (`final`: its line and where
     it ends, printed as context if it is a common one), and which one is the first common line after
-    the exact start (`gap`: the first number the filter left out; `after` is the line and end of the
-    one before it)."""
+    the exact start (`gap`: whether the filter left out a number, the first of them `after`'s next;
+    `after` is the line and end of the one before it)."""
 
     def __init__(
         self, lean: list[_Stretch], g: int, base: int, before: tuple[int, int], early: int, sentinel: _Sentinel
@@ -546,7 +546,7 @@ class _LeanFeeder(_Feeder):
         self.sentinel = sentinel.text
         self.printed: int | None = None
         self.final: tuple[int, int] | None = None
-        self.gap: int | None = None
+        self.gap = False
         self.after = before
         self._expected = early + 1
         self._previous: tuple[int, int, int] | None = None  # (number, line, end) of the line before
@@ -573,12 +573,12 @@ class _LeanFeeder(_Feeder):
             if dash >= 0:
                 at = nl + 1
                 continue
-            if self.gap is None and read > self.early:
+            if not self.gap and read > self.early:
                 if read == self._expected:
                     self._expected += 1
                     self.after = self._previous[1:]
                 else:
-                    self.gap = self._expected
+                    self.gap = True
             if offset < self.skip:
                 at = nl + 1
                 continue
@@ -597,8 +597,8 @@ class _LeanFeeder(_Feeder):
             if self._previous is None or self._previous[0] != printed:
                 raise GrepFailed("the filter of grep's channel lines did not print the last one")
             self.final = self._previous[1:]
-        if self.gap is None and self._expected <= printed:
-            self.gap = self._expected
+        if not self.gap and self._expected <= printed:  # the common lines come after the last one printed
+            self.gap = True
         self.printed = printed
 
 
@@ -635,7 +635,7 @@ def _add_common(lean: list[_Stretch], mm: _Pread, fed: _LeanFeeder, head: _Stret
         net = lean[0].collector.out.net
         net.setdefault(COMMON_KEY, [0, 0])[0] += common
         return
-    if fed.gap is None:
+    if not fed.gap:
         raise GrepFailed("grep left out channel lines that are not common ones")
     line, offset = _first_common(mm, fed)
     target = next((s for s in lean if offset < s.stop), lean[-1])
